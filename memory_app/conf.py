@@ -1,0 +1,79 @@
+"""The app's settings, read from one dict in the host project's settings::
+
+    MEMORY_APP = {"TOKEN_ENCODING": "cl100k_base", "PRUNE_COMPACTED": True}
+
+Read them through ``memory_settings.NAME``. As with DRF's ``api_settings``, dotted paths listed in
+``IMPORT_STRINGS`` are imported lazily, and ``override_settings(MEMORY_APP=...)`` takes effect at
+once because the cache is dropped on ``setting_changed``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.signals import setting_changed
+from django.utils.module_loading import import_string
+
+SETTINGS_NAME = "MEMORY_APP"
+
+DEFAULTS: dict[str, Any] = {
+    # Tokenizer (a bpe-openai encoding name) used to count and cache message tokens.
+    "TOKEN_ENCODING": "o200k_base",
+    # Per-model encodings for window(model=...): {"gpt-4": "cl100k_base"}. Models bpe-openai
+    # knows are resolved by it; this dict wins.
+    "MODEL_ENCODINGS": {},
+    # A message whose JSON (content, tool_calls, extra) is larger than this is refused.
+    "MAX_MESSAGE_BYTES": 256 * 1024,
+    # Most messages accepted in one add_many() call.
+    "MAX_BATCH_SIZE": 1000,
+    # Delete the messages a snapshot stands for when it is saved (per-call override exists).
+    "PRUNE_COMPACTED": False,
+    # Namespace used when none is given.
+    "DEFAULT_NAMESPACE": "default",
+    # Messages fetched per query while filling a window from the newest backwards.
+    "WINDOW_PAGE_SIZE": 200,
+}
+
+# Settings given as dotted paths and imported on first use.
+IMPORT_STRINGS: tuple[str, ...] = ()
+
+
+class MemorySettings:
+    def __init__(self, defaults: dict[str, Any] | None = None) -> None:
+        self.defaults = defaults or DEFAULTS
+        self._cached: set[str] = set()
+
+    @property
+    def user_settings(self) -> dict[str, Any]:
+        if not hasattr(self, "_user_settings"):
+            self._user_settings = getattr(settings, SETTINGS_NAME, {}) or {}
+        return self._user_settings
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr not in self.defaults:
+            raise AttributeError(f"Invalid {SETTINGS_NAME} setting: {attr!r}")
+        value = self.user_settings.get(attr, self.defaults[attr])
+        if attr in IMPORT_STRINGS and isinstance(value, str):
+            value = import_string(value)
+        self._cached.add(attr)
+        setattr(self, attr, value)
+        return value
+
+    def reload(self) -> None:
+        for attr in self._cached:
+            delattr(self, attr)
+        self._cached.clear()
+        if hasattr(self, "_user_settings"):
+            delattr(self, "_user_settings")
+
+
+memory_settings = MemorySettings(DEFAULTS)
+
+
+def _reload(*, setting: str, **kwargs: Any) -> None:
+    if setting == SETTINGS_NAME:
+        memory_settings.reload()
+
+
+setting_changed.connect(_reload)

@@ -1,0 +1,134 @@
+"""Context windows: which messages to send the model, within a budget.
+
+Pure functions over ``StoredMessage`` values, so the rules are tested on their own:
+- system messages (all stored ones, even those a snapshot covers) are always kept and never
+  count toward the budget;
+- an assistant message with tool calls and the tool results that follow it are one group,
+  kept or dropped whole; tool results whose call is not in the log any more are dropped;
+- the newest groups are kept, walking back until the next group does not fit;
+- the snapshot summary (as a user message, so it keeps its place) and pinned messages come
+  first and count toward the budget.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from .conf import memory_settings
+from .types import SnapshotView, StoredMessage, Window
+
+SUMMARY_PREFIX = "Summary of the earlier conversation:\n"
+
+
+def summary_message(snapshot: SnapshotView) -> dict[str, Any]:
+    return {"role": "user", "content": SUMMARY_PREFIX + snapshot.summary}
+
+
+def tool_groups_newest_first(messages: Iterable[StoredMessage]) -> Iterable[list[StoredMessage]]:
+    """Group non-system messages (given newest first) into atomic units, oldest-first inside.
+
+    A run of tool results belongs to the assistant message with tool calls just before it;
+    results without that message are dropped (a request with them would be refused).
+    """
+    pending: list[StoredMessage] = []
+    for message in messages:
+        if message.role == "system":
+            continue
+        if message.role == "tool":
+            pending.append(message)
+            continue
+        if message.role == "assistant" and message.tool_calls:
+            group = [message, *reversed(pending)]
+            pending = []
+            yield group
+            continue
+        pending = []  # orphaned results: their call is gone
+        yield [message]
+
+
+def select_tail(
+    newest_first: Iterable[StoredMessage],
+    *,
+    max_messages: int | None,
+    max_tokens: int | None,
+    cost: Callable[[StoredMessage], int],
+) -> tuple[list[StoredMessage], int]:
+    """The newest whole groups that fit; returns them in log order and their token cost."""
+    kept: list[list[StoredMessage]] = []
+    used_tokens = used_messages = 0
+    for group in tool_groups_newest_first(newest_first):
+        group_tokens = sum(cost(m) for m in group)
+        if max_tokens is not None and used_tokens + group_tokens > max_tokens:
+            break
+        if max_messages is not None and used_messages + len(group) > max_messages:
+            break
+        kept.append(group)
+        used_tokens += group_tokens
+        used_messages += len(group)
+    kept.reverse()
+    return [m for group in kept for m in group], used_tokens
+
+
+def assemble_window(
+    *,
+    snapshot: SnapshotView | None,
+    system_messages: list[StoredMessage],
+    newest_first: Iterable[StoredMessage],
+    max_messages: int | None,
+    max_tokens: int | None,
+    cost: Callable[[StoredMessage], int],
+    cost_of_dict: Callable[[dict], int],
+) -> Window:
+    if max_messages is not None and max_messages < 0:
+        raise ValueError("max_messages must not be negative")
+    if max_tokens is not None and max_tokens < 0:
+        raise ValueError("max_tokens must not be negative")
+
+    head: list[dict] = []  # summary and pinned non-system messages: they count
+    top_system: list[dict] = []
+    if snapshot is not None:
+        head.append(summary_message(snapshot))
+        for pinned in snapshot.pinned:
+            (top_system if pinned.get("role") == "system" else head).append(pinned)
+    head_tokens = sum(cost_of_dict(m) for m in head)
+    remaining = None if max_tokens is None else max(0, max_tokens - head_tokens)
+
+    tail, tail_tokens = select_tail(
+        newest_first, max_messages=max_messages, max_tokens=remaining, cost=cost
+    )
+    first_kept = tail[0].cursor if tail else None
+
+    messages: list[dict] = list(top_system)
+    cursors: list[int | None] = [None] * len(top_system)
+    in_range_system: list[StoredMessage] = []
+    for system in system_messages:
+        if first_kept is None or system.cursor < first_kept:
+            messages.append(system.as_openai())
+            cursors.append(system.cursor)
+        else:
+            in_range_system.append(system)
+    messages.extend(head)
+    cursors.extend([None] * len(head))
+    for message in sorted([*tail, *in_range_system], key=lambda m: m.cursor):
+        messages.append(message.as_openai())
+        cursors.append(message.cursor)
+
+    system_tokens = sum(cost_of_dict(m) for m in top_system) + sum(cost(m) for m in system_messages)
+    budget_tokens = head_tokens + tail_tokens
+    return Window(
+        messages=messages,
+        cursors=cursors,
+        tokens=budget_tokens + system_tokens,
+        budget_tokens=budget_tokens,
+        snapshot_version=snapshot.version if snapshot else None,
+        first_cursor=first_kept,
+    )
+
+
+def page_size(max_messages: int | None) -> int:
+    page = memory_settings.WINDOW_PAGE_SIZE
+    if max_messages is not None:
+        # Room for a tool group straddling the limit without a second query.
+        page = min(page, max_messages + 16)
+    return max(page, 1)

@@ -1,0 +1,635 @@
+"""The adapter: the one door agent code, API views, admin actions and tasks go through.
+
+    from memory_app import Memory
+
+    mem = Memory.session("chat-42", owner=request.user, namespace="support-bot")
+    mem.add({"role": "user", "content": "Hi"})
+    reply = client.chat.completions.create(model=..., messages=mem.window(max_tokens=8000).messages)
+
+Every method has an async twin prefixed with ``a`` (``aadd``, ``awindow``, ...).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.db import IntegrityError, router, transaction
+from django.db.models import Sum
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from . import log
+from .conf import memory_settings
+from .context import assemble_window, page_size
+from .exceptions import (
+    InvalidCursor,
+    InvalidExport,
+    InvalidSession,
+    InvalidSnapshot,
+    SessionExists,
+    SessionNotFound,
+    SnapshotConflict,
+)
+from .models import Embedding, Message, Session, Snapshot
+from .tokens import count_message, encoding_name_for_model
+from .types import SessionInfo, SnapshotView, StoredMessage, Window
+from .validation import validate_message, validate_messages
+
+EXPORT_FORMAT = "memory_app.session"
+EXPORT_VERSION = 1
+
+
+class _AnyOwner:
+    def __repr__(self) -> str:
+        return "ANY_OWNER"
+
+
+#: Pass as ``owner`` to look across all owners (staff tools, admin). Never the default.
+ANY_OWNER: Any = _AnyOwner()
+
+
+def _owner_id(owner) -> Any:
+    if owner is None or owner is ANY_OWNER:
+        return owner
+    return getattr(owner, "pk", owner)
+
+
+def _scoped(owner):
+    qs = Session.objects.all()
+    if owner is ANY_OWNER:
+        return qs
+    return qs.for_owner(_owner_id(owner))
+
+
+def _check_cursor(value: Any, name: str = "cursor") -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        try:
+            if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+                value = int(value)
+            else:
+                raise TypeError
+        except TypeError:
+            raise InvalidCursor(f"{name} must be an integer, not {value!r}") from None
+    if value < 0:
+        raise InvalidCursor(f"{name} must not be negative")
+    return value
+
+
+def _snapshot_view(snapshot: Snapshot | None) -> SnapshotView | None:
+    if snapshot is None:
+        return None
+    return SnapshotView(
+        version=snapshot.version, upto=snapshot.upto, summary=snapshot.summary,
+        pinned=list(snapshot.pinned or []), model=snapshot.model,
+        metadata=dict(snapshot.metadata or {}), created_at=snapshot.created_at,
+    )
+
+
+def _iso(value: dt.datetime | None) -> str | None:
+    return value.isoformat() if value else None
+
+
+class Memory:
+    """Entry points: open, list and import sessions."""
+
+    @staticmethod
+    def session(
+        key: str,
+        *,
+        owner=None,
+        namespace: str | None = None,
+        create: bool = True,
+        title: str | None = None,
+        metadata: dict | None = None,
+        expires_at: dt.datetime | None = None,
+    ) -> SessionMemory:
+        """The session ``key`` of ``owner`` in ``namespace``; created when missing unless ``create=False``."""
+        namespace = namespace or memory_settings.DEFAULT_NAMESPACE
+        _validate_session_fields(key=key, namespace=namespace, title=title, metadata=metadata)
+        owner_id = _owner_id(owner)
+        lookup = Session.objects.for_owner(owner_id).filter(namespace=namespace, key=key)
+        session = lookup.first()
+        if session is None:
+            if not create:
+                raise SessionNotFound(f"no session {key!r} in namespace {namespace!r} for this owner")
+            try:
+                with transaction.atomic(using=router.db_for_write(Session)):
+                    session = Session.objects.create(
+                        owner_id=owner_id, namespace=namespace, key=key, title=title or "",
+                        metadata=metadata or {}, expires_at=expires_at,
+                    )
+            except IntegrityError:
+                session = lookup.get()  # created concurrently: use that one
+        return SessionMemory(session)
+
+    @staticmethod
+    def create(key: str, *, owner=None, namespace: str | None = None, title: str = "",
+               metadata: dict | None = None, expires_at: dt.datetime | None = None) -> SessionMemory:
+        """A new session; raises ``SessionExists`` if the key is taken."""
+        namespace = namespace or memory_settings.DEFAULT_NAMESPACE
+        _validate_session_fields(key=key, namespace=namespace, title=title, metadata=metadata)
+        try:
+            with transaction.atomic(using=router.db_for_write(Session)):
+                session = Session.objects.create(
+                    owner_id=_owner_id(owner), namespace=namespace, key=key, title=title or "",
+                    metadata=metadata or {}, expires_at=expires_at,
+                )
+        except IntegrityError:
+            raise SessionExists(f"session {key!r} already exists in namespace {namespace!r}") from None
+        return SessionMemory(session)
+
+    @staticmethod
+    def get(session_id: uuid.UUID | str, *, owner=None) -> SessionMemory:
+        """The session with this id, if ``owner`` may see it; else ``SessionNotFound``."""
+        try:
+            session = _scoped(owner).get(pk=session_id)
+        except (Session.DoesNotExist, ValueError, TypeError):
+            raise SessionNotFound(f"no session {session_id}") from None
+        except Exception as err:  # malformed UUIDs raise ValidationError
+            if err.__class__.__name__ == "ValidationError":
+                raise SessionNotFound(f"no session {session_id}") from None
+            raise
+        return SessionMemory(session)
+
+    @staticmethod
+    def sessions(owner=None, namespace: str | None = None) -> list[SessionInfo]:
+        """The owner's sessions, newest first, with title, counts and whether they hold a snapshot."""
+        qs = _scoped(owner).with_snapshot_flag().order_by("-updated_at")
+        if namespace is not None:
+            qs = qs.filter(namespace=namespace)
+        return [
+            SessionInfo(
+                id=s.id, key=s.key, namespace=s.namespace, title=s.title, owner_id=s.owner_id,
+                message_count=s.message_count, token_count=s.token_count,
+                has_snapshot=s.has_snapshot, created_at=s.created_at, updated_at=s.updated_at,
+                expires_at=s.expires_at, metadata=s.metadata,
+            )
+            for s in qs
+        ]
+
+    @staticmethod
+    def import_session(data: dict, *, owner=None, namespace: str | None = None,
+                       key: str | None = None) -> SessionMemory:
+        """Restore an ``export()`` losslessly (same cursors, snapshots, metadata) as a new session."""
+        return _import_session(data, owner=owner, namespace=namespace, key=key)
+
+
+class SessionMemory:
+    """A handle on one session. Cheap to create; every read goes to the database."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def __repr__(self) -> str:
+        return f"<SessionMemory {self.session.namespace}/{self.session.key} {self.session.pk}>"
+
+    # -- identity -----------------------------------------------------------------------------
+    @property
+    def id(self) -> uuid.UUID:
+        return self.session.pk
+
+    @property
+    def key(self) -> str:
+        return self.session.key
+
+    @property
+    def namespace(self) -> str:
+        return self.session.namespace
+
+    @property
+    def owner_id(self):
+        return self.session.owner_id
+
+    def refresh(self) -> SessionMemory:
+        try:
+            self.session.refresh_from_db()
+        except Session.DoesNotExist:
+            raise SessionNotFound(f"session {self.session.pk} was deleted") from None
+        return self
+
+    # -- appending ----------------------------------------------------------------------------
+    def add(self, message: dict[str, Any]) -> StoredMessage:
+        """Validate and append one OpenAI-format message; returns it with its cursor."""
+        return log.append(self.session.pk, [validate_message(message)])[0]
+
+    def add_many(self, messages: Iterable[dict[str, Any]]) -> list[StoredMessage]:
+        """Append a batch atomically: all stored, in order, with consecutive cursors, or none."""
+        return log.append(self.session.pk, validate_messages(list(messages)))
+
+    # -- reading ------------------------------------------------------------------------------
+    def messages(self, after: int | None = None, limit: int | None = None) -> list[StoredMessage]:
+        """Messages with cursor greater than ``after``, oldest first, at most ``limit``."""
+        qs = Message.objects.filter(session_id=self.session.pk)
+        if after is not None:
+            qs = qs.filter(seq__gt=_check_cursor(after, "after"))
+        qs = qs.order_by("seq")
+        if limit is not None:
+            limit = _check_cursor(limit, "limit")
+            qs = qs[:limit]
+        return log.rows(qs)
+
+    def last(self, n: int) -> list[StoredMessage]:
+        """The newest ``n`` messages, oldest first."""
+        n = _check_cursor(n, "n")
+        newest = log.rows(Message.objects.filter(session_id=self.session.pk).order_by("-seq")[:n])
+        newest.reverse()
+        return newest
+
+    def count(self) -> int:
+        """Messages stored now (the stored counter: no scan)."""
+        return Session.objects.filter(pk=self.session.pk).values_list("message_count", flat=True).get()
+
+    def get_message(self, cursor: int) -> StoredMessage:
+        cursor = _check_cursor(cursor)
+        found = log.rows(Message.objects.filter(session_id=self.session.pk, seq=cursor))
+        if not found:
+            raise InvalidCursor(f"no message at cursor {cursor}")
+        return found[0]
+
+    # -- context windows ----------------------------------------------------------------------
+    def window(self, max_messages: int | None = None, max_tokens: int | None = None,
+               *, model: str | None = None) -> Window:
+        """What to send the model next: snapshot summary and pinned messages, system messages,
+        then the newest whole tool groups that fit ``max_messages`` / ``max_tokens``.
+
+        Tokens are counted for ``model`` (its encoding), by default with ``TOKEN_ENCODING``.
+        """
+        if max_messages is not None:
+            max_messages = _check_cursor(max_messages, "max_messages")
+        if max_tokens is not None:
+            max_tokens = _check_cursor(max_tokens, "max_tokens")
+        snapshot = self.latest_snapshot()
+        after = snapshot.upto if snapshot else 0
+        # Every stored system message, covered by the snapshot or not: they are always kept.
+        system = log.rows(
+            Message.objects.filter(session_id=self.session.pk, role="system").order_by("seq")
+        )
+        encoding = encoding_name_for_model(model)
+        if encoding == memory_settings.TOKEN_ENCODING:
+            def cost(m: StoredMessage) -> int:
+                return m.tokens
+        else:
+            def cost(m: StoredMessage) -> int:
+                return count_message(m.as_openai(), encoding)
+        return assemble_window(
+            snapshot=snapshot,
+            system_messages=system,
+            newest_first=log.newest_first(self.session.pk, after=after, page=page_size(max_messages)),
+            max_messages=max_messages,
+            max_tokens=max_tokens,
+            cost=cost,
+            cost_of_dict=lambda d: count_message(d, encoding),
+        )
+
+    # -- snapshots ----------------------------------------------------------------------------
+    def latest_snapshot(self) -> SnapshotView | None:
+        return _snapshot_view(Snapshot.objects.filter(session_id=self.session.pk).order_by("-version").first())
+
+    def snapshots(self) -> list[SnapshotView]:
+        """Every snapshot version, oldest first (the lineage)."""
+        return [_snapshot_view(s) for s in Snapshot.objects.filter(session_id=self.session.pk).order_by("version")]
+
+    def load_snapshot(self) -> tuple[SnapshotView | None, list[StoredMessage]]:
+        """``(latest snapshot or None, the messages after it)``: the state a summarizer starts from."""
+        snapshot = self.latest_snapshot()
+        return snapshot, self.messages(after=snapshot.upto if snapshot else None)
+
+    def save_snapshot(
+        self,
+        summary: str,
+        *,
+        upto: int,
+        prev: SnapshotView | int | None = None,
+        pinned: Iterable[dict | StoredMessage] = (),
+        model: str = "",
+        metadata: dict | None = None,
+        prune: bool | None = None,
+    ) -> SnapshotView:
+        """Save a summary standing for every message up to cursor ``upto``, by compare-and-swap.
+
+        ``prev`` is the snapshot (or its version) the caller read; if another was saved since,
+        ``SnapshotConflict`` is raised and nothing is written. ``upto`` must move past ``prev``
+        and lie within the log (``InvalidCursor``). With ``prune`` (default: the
+        ``PRUNE_COMPACTED`` setting) the covered messages are deleted, except remembered and
+        system messages; cursors of the rest never change.
+        """
+        if not isinstance(summary, str) or not summary.strip():
+            raise InvalidSnapshot("summary must be a non-empty string")
+        upto = _check_cursor(upto, "upto")
+        expected = prev.version if isinstance(prev, SnapshotView) else prev
+        if expected is not None and (isinstance(expected, bool) or not isinstance(expected, int)):
+            raise InvalidSnapshot("prev must be a snapshot, its version, or None")
+        pinned_dicts = [p.as_openai() if isinstance(p, StoredMessage) else validate_message(p).as_openai()
+                        for p in pinned]
+        if prune is None:
+            prune = memory_settings.PRUNE_COMPACTED
+        using = router.db_for_write(Snapshot)
+        try:
+            with transaction.atomic(using=using):
+                try:
+                    session = Session.objects.select_for_update().get(pk=self.session.pk)
+                except Session.DoesNotExist:
+                    raise SessionNotFound(f"session {self.session.pk} was deleted") from None
+                latest = Snapshot.objects.filter(session=session).order_by("-version").first()
+                current_version = latest.version if latest else None
+                if current_version != expected:
+                    raise SnapshotConflict(expected, _snapshot_view(latest))
+                floor = latest.upto if latest else 0
+                if upto <= floor:
+                    raise InvalidCursor(f"upto={upto} does not move past the latest snapshot (upto={floor})")
+                if upto >= session.next_seq:
+                    raise InvalidCursor(f"upto={upto} lies beyond the log (last cursor {session.next_seq - 1})")
+                snapshot = Snapshot.objects.create(
+                    session=session, version=(current_version or 0) + 1, upto=upto,
+                    summary=summary, pinned=pinned_dicts, model=model, metadata=metadata or {},
+                )
+                tail_tokens = Message.objects.filter(session=session, seq__gt=upto).aggregate(
+                    t=Sum("token_count"))["t"] or 0
+                updates = {"tokens_since_snapshot": tail_tokens, "updated_at": timezone.now()}
+                if prune:
+                    covered = _prunable(session, upto)
+                    gone = covered.aggregate(t=Sum("token_count"))["t"] or 0
+                    deleted = covered.delete()[1].get(Message._meta.label, 0)
+                    updates["message_count"] = session.message_count - deleted
+                    updates["token_count"] = session.token_count - gone
+                Session.objects.filter(pk=session.pk).update(**updates)
+        except IntegrityError:
+            # Another writer took this version between our read and insert.
+            raise SnapshotConflict(expected, self.latest_snapshot()) from None
+        return _snapshot_view(snapshot)
+
+    def prune_compacted(self) -> int:
+        """Delete the messages the latest snapshot stands for (not remembered ones); returns how many."""
+        using = router.db_for_write(Message)
+        with transaction.atomic(using=using):
+            session = Session.objects.select_for_update().get(pk=self.session.pk)
+            latest = Snapshot.objects.filter(session=session).order_by("-version").first()
+            if latest is None:
+                return 0
+            covered = _prunable(session, latest.upto)
+            gone = covered.aggregate(t=Sum("token_count"))["t"] or 0
+            deleted = covered.delete()[1].get(Message._meta.label, 0)
+            Session.objects.filter(pk=session.pk).update(
+                message_count=session.message_count - deleted, token_count=session.token_count - gone
+            )
+            return deleted
+
+    # -- title and metadata -------------------------------------------------------------------
+    @property
+    def title(self) -> str:
+        return Session.objects.filter(pk=self.session.pk).values_list("title", flat=True).get()
+
+    def set_title(self, title: str) -> None:
+        _validate_session_fields(title=title)
+        Session.objects.filter(pk=self.session.pk).update(title=title, updated_at=timezone.now())
+        self.session.title = title
+
+    @property
+    def meta(self) -> dict:
+        return Session.objects.filter(pk=self.session.pk).values_list("metadata", flat=True).get()
+
+    def set_meta(self, key: str, value: Any) -> dict:
+        """Set one metadata key (an empty value removes it); returns the new metadata."""
+        if not isinstance(key, str) or not key:
+            raise InvalidSession("metadata", "a metadata key must be a non-empty string")
+        with transaction.atomic(using=router.db_for_write(Session)):
+            session = Session.objects.select_for_update().get(pk=self.session.pk)
+            metadata = dict(session.metadata or {})
+            if value in (None, "", [], {}):
+                metadata.pop(key, None)
+            else:
+                metadata[key] = value
+            Session.objects.filter(pk=session.pk).update(metadata=metadata, updated_at=timezone.now())
+        self.session.metadata = metadata
+        return metadata
+
+    def update(self, *, title: str | None = None, metadata: dict | None = None,
+               expires_at: dt.datetime | None | Any = ...) -> None:
+        """Replace title, metadata and/or expiry (the fields a client may edit)."""
+        _validate_session_fields(title=title, metadata=metadata)
+        changes: dict[str, Any] = {"updated_at": timezone.now()}
+        if title is not None:
+            changes["title"] = title
+        if metadata is not None:
+            changes["metadata"] = metadata
+        if expires_at is not ...:
+            changes["expires_at"] = expires_at
+        Session.objects.filter(pk=self.session.pk).update(**changes)
+        self.refresh()
+
+    # -- clearing -----------------------------------------------------------------------------
+    def clear(self) -> None:
+        """Remove messages, snapshots, embeddings and metadata; cursors are never reused."""
+        with transaction.atomic(using=router.db_for_write(Session)):
+            session = Session.objects.select_for_update().get(pk=self.session.pk)
+            Embedding.objects.filter(session=session).delete()
+            Message.objects.filter(session=session).delete()
+            Snapshot.objects.filter(session=session).delete()
+            Session.objects.filter(pk=session.pk).update(
+                metadata={}, message_count=0, token_count=0, tokens_since_snapshot=0,
+                updated_at=timezone.now(),
+            )
+        self.refresh()
+
+    def delete(self) -> None:
+        Session.objects.filter(pk=self.session.pk).delete()
+
+    # -- export -------------------------------------------------------------------------------
+    def export(self) -> dict[str, Any]:
+        """The whole session as JSON-serialisable data; ``Memory.import_session`` restores it."""
+        self.refresh()
+        s = self.session
+        return {
+            "format": EXPORT_FORMAT,
+            "version": EXPORT_VERSION,
+            "session": {
+                "id": str(s.pk), "key": s.key, "namespace": s.namespace, "title": s.title,
+                "metadata": s.metadata, "created_at": _iso(s.created_at),
+                "updated_at": _iso(s.updated_at), "expires_at": _iso(s.expires_at),
+                "next_seq": s.next_seq,
+            },
+            "messages": [
+                {**m.as_openai(), "cursor": m.cursor, "metadata": m.metadata, "tokens": m.tokens,
+                 "remember": m.remember, "idempotency_key": m.idempotency_key,
+                 "created_at": _iso(m.created_at)}
+                for m in self.messages()
+            ],
+            "snapshots": [
+                {"version": v.version, "upto": v.upto, "summary": v.summary, "pinned": v.pinned,
+                 "model": v.model, "metadata": v.metadata, "created_at": _iso(v.created_at)}
+                for v in self.snapshots()
+            ],
+        }
+
+    # -- async twins --------------------------------------------------------------------------
+    async def aadd(self, message: dict[str, Any]) -> StoredMessage:
+        return await sync_to_async(self.add)(message)
+
+    async def aadd_many(self, messages: Iterable[dict[str, Any]]) -> list[StoredMessage]:
+        return await sync_to_async(self.add_many)(list(messages))
+
+    async def amessages(self, after: int | None = None, limit: int | None = None) -> list[StoredMessage]:
+        return await sync_to_async(self.messages)(after, limit)
+
+    async def alast(self, n: int) -> list[StoredMessage]:
+        return await sync_to_async(self.last)(n)
+
+    async def acount(self) -> int:
+        return await sync_to_async(self.count)()
+
+    async def awindow(self, max_messages: int | None = None, max_tokens: int | None = None,
+                      *, model: str | None = None) -> Window:
+        return await sync_to_async(self.window)(max_messages, max_tokens, model=model)
+
+    async def alatest_snapshot(self) -> SnapshotView | None:
+        return await sync_to_async(self.latest_snapshot)()
+
+    async def aload_snapshot(self) -> tuple[SnapshotView | None, list[StoredMessage]]:
+        return await sync_to_async(self.load_snapshot)()
+
+    async def asave_snapshot(self, summary: str, **kwargs: Any) -> SnapshotView:
+        return await sync_to_async(self.save_snapshot)(summary, **kwargs)
+
+    async def aprune_compacted(self) -> int:
+        return await sync_to_async(self.prune_compacted)()
+
+    async def aset_meta(self, key: str, value: Any) -> dict:
+        return await sync_to_async(self.set_meta)(key, value)
+
+    async def ameta(self) -> dict:
+        return await sync_to_async(lambda: self.meta)()
+
+    async def aclear(self) -> None:
+        await sync_to_async(self.clear)()
+
+    async def adelete(self) -> None:
+        await sync_to_async(self.delete)()
+
+    async def aexport(self) -> dict[str, Any]:
+        return await sync_to_async(self.export)()
+
+
+def _prunable(session: Session, upto: int):
+    """Messages a snapshot covers that pruning may delete: not remembered, not system prompts."""
+    return Message.objects.filter(session=session, seq__lte=upto, remember=False).exclude(role="system")
+
+
+# Async twins of the entry points.
+Memory.asession = staticmethod(sync_to_async(Memory.session))
+Memory.acreate = staticmethod(sync_to_async(Memory.create))
+Memory.aget = staticmethod(sync_to_async(Memory.get))
+Memory.asessions = staticmethod(sync_to_async(Memory.sessions))
+Memory.aimport_session = staticmethod(sync_to_async(Memory.import_session))
+
+
+def _validate_session_fields(*, key: Any = None, namespace: Any = None, title: Any = None,
+                             metadata: Any = None) -> None:
+    if key is not None and (not isinstance(key, str) or not key.strip() or len(key) > 255):
+        raise InvalidSession("key", "must be a non-empty string of at most 255 characters")
+    if namespace is not None and (not isinstance(namespace, str) or not namespace.strip() or len(namespace) > 100):
+        raise InvalidSession("namespace", "must be a non-empty string of at most 100 characters")
+    if title is not None and (not isinstance(title, str) or len(title) > 255):
+        raise InvalidSession("title", "must be a string of at most 255 characters")
+    if metadata is not None and not isinstance(metadata, dict):
+        raise InvalidSession("metadata", "must be an object")
+
+
+def _import_session(data: Any, *, owner, namespace, key) -> SessionMemory:
+    if not isinstance(data, dict) or data.get("format") != EXPORT_FORMAT:
+        raise InvalidExport(f"not a {EXPORT_FORMAT} export")
+    if data.get("version") != EXPORT_VERSION:
+        raise InvalidExport(f"unsupported export version {data.get('version')!r}")
+    try:
+        meta = data["session"]
+        raw_messages = list(data.get("messages", []))
+        raw_snapshots = list(data.get("snapshots", []))
+        key = key or meta["key"]
+        namespace = namespace or meta.get("namespace") or memory_settings.DEFAULT_NAMESPACE
+    except (KeyError, TypeError) as err:
+        raise InvalidExport(f"missing field: {err}") from None
+    _validate_session_fields(key=key, namespace=namespace, title=meta.get("title", ""),
+                             metadata=meta.get("metadata", {}))
+
+    stored = []
+    for index, raw in enumerate(raw_messages):
+        if not isinstance(raw, dict):
+            raise InvalidExport(f"message {index} is not an object")
+        raw = dict(raw)
+        cursor = raw.pop("cursor", None)
+        tokens = raw.pop("tokens", None)
+        created = raw.pop("created_at", None)
+        if isinstance(cursor, bool) or not isinstance(cursor, int) or cursor < 1:
+            raise InvalidExport(f"message {index} has no valid cursor")
+        extra = {k: raw.pop(k) for k in list(raw) if k not in
+                 {"role", "content", "name", "tool_calls", "tool_call_id", "metadata", "remember",
+                  "idempotency_key", "extra"}}
+        if extra:
+            raw["extra"] = {**(raw.get("extra") or {}), **extra}
+        if raw.get("idempotency_key") is None:
+            raw.pop("idempotency_key", None)
+        try:
+            message = validate_message(raw)
+        except Exception as err:
+            raise InvalidExport(f"message {index}: {err}") from None
+        stored.append((cursor, message, tokens, created))
+    cursors = [c for c, *_ in stored]
+    if cursors != sorted(set(cursors)):
+        raise InvalidExport("message cursors must be unique and ascending")
+    next_seq = int(meta.get("next_seq") or (cursors[-1] + 1 if cursors else 1))
+    if cursors and next_seq <= cursors[-1]:
+        raise InvalidExport("next_seq must lie past the last message")
+
+    with transaction.atomic(using=router.db_for_write(Session)):
+        try:
+            with transaction.atomic(using=router.db_for_write(Session)):
+                session = Session.objects.create(
+                    owner_id=_owner_id(owner), namespace=namespace, key=key,
+                    title=meta.get("title", ""), metadata=meta.get("metadata") or {},
+                    expires_at=parse_datetime(meta["expires_at"]) if meta.get("expires_at") else None,
+                    next_seq=next_seq,
+                )
+        except IntegrityError:
+            raise SessionExists(f"session {key!r} already exists in namespace {namespace!r}") from None
+        rows = []
+        for cursor, m, tokens, created in stored:
+            row = Message(
+                session=session, seq=cursor, role=m.role, content=m.content,
+                content_parts=m.content_parts, name=m.name, tool_calls=m.tool_calls,
+                tool_call_id=m.tool_call_id, extra=m.extra, metadata=m.metadata,
+                token_count=tokens if isinstance(tokens, int) else count_message(m.as_openai()),
+                remember=m.remember, idempotency_key=m.idempotency_key,
+            )
+            if created:
+                row.created_at = parse_datetime(created)
+            rows.append(row)
+        Message.objects.bulk_create(rows, batch_size=1000)
+        last_upto = 0
+        for index, snap in enumerate(sorted(raw_snapshots, key=lambda s: s.get("version", 0))):
+            try:
+                upto, version = int(snap["upto"]), int(snap["version"])
+                if not str(snap["summary"]).strip():
+                    raise ValueError("empty summary")
+            except (KeyError, TypeError, ValueError) as err:
+                raise InvalidExport(f"snapshot {index}: {err}") from None
+            if upto <= last_upto or upto >= next_seq:
+                raise InvalidExport(f"snapshot {index}: upto {upto} out of order or beyond the log")
+            last_upto = upto
+            snapshot = Snapshot(
+                session=session, version=version, upto=upto, summary=snap["summary"],
+                pinned=snap.get("pinned") or [], model=snap.get("model", ""),
+                metadata=snap.get("metadata") or {},
+            )
+            if snap.get("created_at"):
+                snapshot.created_at = parse_datetime(snap["created_at"])
+            snapshot.save()
+        total = sum(r.token_count for r in rows)
+        since = sum(r.token_count for r in rows if r.seq > last_upto)
+        Session.objects.filter(pk=session.pk).update(
+            message_count=len(rows), token_count=total, tokens_since_snapshot=since,
+            created_at=parse_datetime(meta["created_at"]) if meta.get("created_at") else session.created_at,
+        )
+    return SessionMemory(Session.objects.get(pk=session.pk))

@@ -1,0 +1,237 @@
+"""Sessions, their append-only message log, snapshots and embeddings.
+
+Invariants live in the database: one key per owner + namespace (an ownerless key collides with
+itself too), one ``seq`` per session (the cursor: gapless, never reused), one snapshot version
+per session, one embedding per message and embedding model.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.db.models.functions import Now
+from django.utils import timezone
+from pgvector.django import VectorField
+
+
+class Role(models.TextChoices):
+    SYSTEM = "system", "system"
+    USER = "user", "user"
+    ASSISTANT = "assistant", "assistant"
+    TOOL = "tool", "tool"
+
+
+class SessionQuerySet(models.QuerySet):
+    def for_owner(self, owner) -> SessionQuerySet:
+        """Sessions of one owner; ``None`` means the ownerless ones (never everybody's)."""
+        if owner is None:
+            return self.filter(owner__isnull=True)
+        return self.filter(owner=owner)
+
+    def expired(self, now=None) -> SessionQuerySet:
+        return self.filter(expires_at__lte=now or timezone.now())
+
+    def idle_since(self, cutoff) -> SessionQuerySet:
+        return self.filter(updated_at__lt=cutoff)
+
+    def with_snapshot_flag(self) -> SessionQuerySet:
+        return self.annotate(
+            has_snapshot=models.Exists(Snapshot.objects.filter(session=models.OuterRef("pk")))
+        )
+
+
+class Session(models.Model):
+    id = models.UUIDField("id", primary_key=True, default=uuid.uuid4, editable=False)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        verbose_name="owner",
+        help_text="Who the conversation belongs to; empty for ownerless (service) sessions.",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="memory_sessions",
+    )
+    namespace = models.CharField(
+        "namespace", max_length=100, default="default", help_text="The agent's name."
+    )
+    key = models.CharField(
+        "key", max_length=255, help_text="Caller's name for the session, unique per owner and namespace."
+    )
+    title = models.CharField("title", max_length=255, blank=True, default="")
+    metadata = models.JSONField("metadata", default=dict, blank=True)
+    created_at = models.DateTimeField("created", default=timezone.now, editable=False)
+    updated_at = models.DateTimeField("updated", default=timezone.now, db_index=True)
+    expires_at = models.DateTimeField(
+        "expires", null=True, blank=True, help_text="Deleted by memory_prune after this time."
+    )
+    next_seq = models.BigIntegerField(
+        "next cursor", default=1, help_text="Cursor the next message gets; never goes back."
+    )
+    message_count = models.BigIntegerField(
+        "messages", default=0, help_text="Messages stored now (pruned and cleared ones leave)."
+    )
+    token_count = models.BigIntegerField("tokens", default=0, help_text="Tokens of the stored messages.")
+    tokens_since_snapshot = models.BigIntegerField(
+        "tokens after snapshot",
+        default=0,
+        help_text="Tokens of the messages after the latest snapshot; drives auto-summarization.",
+    )
+
+    objects = SessionQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = "session"
+        verbose_name_plural = "sessions"
+        ordering = ["-updated_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["owner", "namespace", "key"], name="memory_session_owner_ns_key_uniq"
+            ),
+            # NULL owners are distinct to a plain unique index; this one makes them collide.
+            models.UniqueConstraint(
+                fields=["namespace", "key"],
+                condition=Q(owner__isnull=True),
+                name="memory_session_ownerless_ns_key_uniq",
+            ),
+            models.CheckConstraint(condition=Q(next_seq__gte=1), name="memory_session_next_seq_positive"),
+        ]
+        indexes = [
+            models.Index(fields=["owner", "namespace", "-updated_at"], name="memory_session_owner_upd_idx"),
+            models.Index(fields=["expires_at"], name="memory_session_expires_idx",
+                         condition=Q(expires_at__isnull=False)),
+        ]
+
+    def __str__(self) -> str:
+        return self.title or self.key
+
+    @property
+    def messages_saved(self) -> int:
+        """Messages ever appended, pruned and cleared ones included."""
+        return self.next_seq - 1
+
+
+class Message(models.Model):
+    session = models.ForeignKey(
+        Session, verbose_name="session", on_delete=models.CASCADE, related_name="messages"
+    )
+    seq = models.BigIntegerField("cursor", help_text="Position in the session's log, from 1, gapless.")
+    role = models.CharField("role", max_length=16, choices=Role.choices)
+    content = models.TextField(
+        "content", blank=True, default="", help_text="The text (of all text parts, for multi-part content)."
+    )
+    content_parts = models.JSONField(
+        "content parts", null=True, blank=True, help_text="OpenAI content parts, when content is a list."
+    )
+    name = models.CharField("name", max_length=128, blank=True, default="")
+    tool_calls = models.JSONField("tool calls", null=True, blank=True)
+    tool_call_id = models.CharField("tool call id", max_length=255, blank=True, default="")
+    extra = models.JSONField(
+        "extra fields", null=True, blank=True, help_text="Other message fields, kept losslessly."
+    )
+    metadata = models.JSONField("metadata", default=dict, blank=True)
+    token_count = models.IntegerField("tokens", default=0)
+    remember = models.BooleanField(
+        "remember", default=False, help_text="Embedded at once and never pruned."
+    )
+    idempotency_key = models.CharField(
+        "idempotency key", max_length=255, null=True, blank=True,
+        help_text="Client key: a retried append with it returns this message instead of a copy.",
+    )
+    created_at = models.DateTimeField("created", db_default=Now(), editable=False)
+
+    class Meta:
+        verbose_name = "message"
+        verbose_name_plural = "messages"
+        ordering = ["session", "seq"]
+        constraints = [
+            # Also the index behind "last N" (backward scan) and "after cursor C" (forward scan).
+            models.UniqueConstraint(fields=["session", "seq"], name="memory_message_session_seq_uniq"),
+            models.UniqueConstraint(
+                fields=["session", "idempotency_key"],
+                condition=Q(idempotency_key__isnull=False),
+                name="memory_message_idempotency_uniq",
+            ),
+            models.CheckConstraint(condition=Q(seq__gte=1), name="memory_message_seq_positive"),
+            models.CheckConstraint(
+                condition=Q(role__in=[r.value for r in Role]), name="memory_message_role_valid"
+            ),
+        ]
+        indexes = [
+            # System messages are always kept in a window; find them without a scan.
+            models.Index(fields=["session", "seq"], name="memory_message_system_idx",
+                         condition=Q(role="system")),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.session_id}#{self.seq} {self.role}"
+
+
+class Snapshot(models.Model):
+    session = models.ForeignKey(
+        Session, verbose_name="session", on_delete=models.CASCADE, related_name="snapshots"
+    )
+    version = models.PositiveIntegerField("version", help_text="1, 2, 3... per session.")
+    upto = models.BigIntegerField("covers up to", help_text="Cursor of the last message the summary stands for.")
+    summary = models.TextField("summary")
+    pinned = models.JSONField(
+        "pinned messages", default=list, blank=True,
+        help_text="Messages always sent with the summary (e.g. the task), OpenAI format.",
+    )
+    model = models.CharField("model", max_length=200, blank=True, default="",
+                             help_text="Who wrote the summary.")
+    metadata = models.JSONField("metadata", default=dict, blank=True)
+    created_at = models.DateTimeField("created", default=timezone.now, editable=False)
+
+    class Meta:
+        verbose_name = "snapshot"
+        verbose_name_plural = "snapshots"
+        ordering = ["session", "-version"]
+        get_latest_by = "version"
+        constraints = [
+            models.UniqueConstraint(fields=["session", "version"], name="memory_snapshot_version_uniq"),
+            models.CheckConstraint(condition=Q(upto__gte=1), name="memory_snapshot_upto_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.session_id} v{self.version} (≤{self.upto})"
+
+
+class Embedding(models.Model):
+    """A message's vector under one embedding model; models of different dimensions coexist.
+
+    ``owner`` and ``session`` are copied here so owner-scope search filters without a join.
+    The HNSW index is per model (``memory_app.search`` creates a partial index on
+    ``vector::vector(dims)`` for each model it meets).
+    """
+
+    message = models.ForeignKey(
+        Message, verbose_name="message", on_delete=models.CASCADE, related_name="embeddings"
+    )
+    session = models.ForeignKey(
+        Session, verbose_name="session", on_delete=models.CASCADE, related_name="embeddings"
+    )
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, verbose_name="owner", null=True, blank=True,
+        on_delete=models.CASCADE, related_name="+",
+    )
+    model = models.CharField("embedding model", max_length=200)
+    dimensions = models.PositiveIntegerField("dimensions")
+    vector = VectorField("vector")
+    created_at = models.DateTimeField("created", default=timezone.now, editable=False)
+
+    class Meta:
+        verbose_name = "embedding"
+        verbose_name_plural = "embeddings"
+        constraints = [
+            models.UniqueConstraint(fields=["message", "model"], name="memory_embedding_message_model_uniq"),
+        ]
+        indexes = [
+            models.Index(fields=["session", "model"], name="memory_embedding_session_idx"),
+            models.Index(fields=["owner", "model"], name="memory_embedding_owner_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.message_id} [{self.model}]"

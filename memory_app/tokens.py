@@ -1,0 +1,64 @@
+"""Exact OpenAI token counts, offline, with bpe-openai (tiktoken-compatible encodings built in).
+
+A message costs what OpenAI's chat format adds around it (3 tokens, 1 more with a name) plus
+the tokens of its text, and of each tool call's name and arguments.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from typing import Any
+
+import bpe_openai
+
+from .conf import memory_settings
+
+TOKENS_PER_MESSAGE = 3
+TOKENS_PER_NAME = 1
+
+
+@lru_cache(maxsize=16)
+def get_encoding(name: str):
+    return bpe_openai.get_encoding(name)
+
+
+def encoding_name_for_model(model: str | None) -> str:
+    if not model:
+        return memory_settings.TOKEN_ENCODING
+    configured = memory_settings.MODEL_ENCODINGS.get(model)
+    if configured:
+        return configured
+    try:
+        return bpe_openai.encoding_name_for_model(model)
+    except Exception:  # an unknown model counts with the default encoding
+        return memory_settings.TOKEN_ENCODING
+
+
+def count_text(text: str, encoding: str | None = None) -> int:
+    if not text:
+        return 0
+    return len(get_encoding(encoding or memory_settings.TOKEN_ENCODING).encode_ordinary(text))
+
+
+def count_message(message: dict[str, Any], encoding: str | None = None) -> int:
+    """Tokens one OpenAI-format message costs in a chat request."""
+    enc = encoding or memory_settings.TOKEN_ENCODING
+    total = TOKENS_PER_MESSAGE + count_text(message.get("role", ""), enc)
+    content = message.get("content")
+    if isinstance(content, str):
+        total += count_text(content, enc)
+    elif isinstance(content, list):
+        for part in content:
+            if part.get("type") in ("text", "refusal"):
+                total += count_text(part.get(part["type"], ""), enc)
+            else:  # images, audio, files: price their JSON, a stable over-estimate
+                total += count_text(json.dumps(part, sort_keys=True), enc)
+    if message.get("name"):
+        total += TOKENS_PER_NAME + count_text(message["name"], enc)
+    for call in message.get("tool_calls") or ():
+        function = call.get("function", {})
+        total += count_text(function.get("name", ""), enc) + count_text(function.get("arguments", ""), enc)
+    if message.get("tool_call_id"):
+        total += count_text(message["tool_call_id"], enc)
+    return total

@@ -1,0 +1,205 @@
+"""Turn an OpenAI chat message dict into the fields we store, or say exactly what is wrong.
+
+Accepted keys: ``role``, ``content``, ``name``, ``tool_calls``, ``tool_call_id`` (OpenAI's), and
+ours: ``metadata`` (dict), ``remember`` (bool), ``idempotency_key`` (str), ``extra`` (dict of other
+OpenAI fields kept losslessly, e.g. ``refusal``). Anything else is refused, not silently dropped.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from .conf import memory_settings
+from .exceptions import InvalidMessage, MessageTooLarge
+from .models import Role
+
+ROLES = frozenset(r.value for r in Role)
+ALLOWED_KEYS = frozenset(
+    {"role", "content", "name", "tool_calls", "tool_call_id", "metadata", "remember",
+     "idempotency_key", "extra"}
+)
+PART_TYPES = frozenset({"text", "image_url", "input_audio", "file", "refusal"})
+MAX_NAME = 128
+MAX_KEY = 255
+
+
+@dataclass(frozen=True)
+class NewMessage:
+    """A validated message, ready to store."""
+
+    role: str
+    content: str
+    content_parts: list | None
+    name: str = ""
+    tool_calls: list | None = None
+    tool_call_id: str = ""
+    extra: dict | None = None
+    metadata: dict = field(default_factory=dict)
+    remember: bool = False
+    idempotency_key: str | None = None
+
+    def as_openai(self) -> dict[str, Any]:
+        return openai_dict(self.role, self.content, self.content_parts, self.name,
+                           self.tool_calls, self.tool_call_id, self.extra)
+
+
+def openai_dict(role, content, content_parts, name, tool_calls, tool_call_id, extra) -> dict[str, Any]:
+    """The OpenAI chat-message form of stored fields (only the keys that are set)."""
+    message: dict[str, Any] = {"role": role}
+    if content_parts is not None:
+        message["content"] = content_parts
+    elif content or not tool_calls:
+        message["content"] = content
+    else:
+        message["content"] = None
+    if name:
+        message["name"] = name
+    if tool_calls:
+        message["tool_calls"] = tool_calls
+    if tool_call_id:
+        message["tool_call_id"] = tool_call_id
+    if extra:
+        for key, value in extra.items():
+            message.setdefault(key, value)
+    return message
+
+
+def validate_message(data: Any) -> NewMessage:
+    if not isinstance(data, dict):
+        raise InvalidMessage("message", f"must be an object, not {type(data).__name__}")
+    unknown = sorted(set(data) - ALLOWED_KEYS)
+    if unknown:
+        raise InvalidMessage(str(unknown[0]), "unknown field (put other OpenAI fields in 'extra')")
+
+    role = data.get("role")
+    if role not in ROLES:
+        raise InvalidMessage("role", f"must be one of {', '.join(sorted(ROLES))}; got {role!r}")
+
+    tool_calls = _tool_calls(data.get("tool_calls"), role)
+    text, parts = _content(data.get("content", None), role, has_tool_calls=bool(tool_calls))
+
+    tool_call_id = data.get("tool_call_id") or ""
+    if role == "tool":
+        if not isinstance(tool_call_id, str) or not tool_call_id:
+            raise InvalidMessage("tool_call_id", "a tool message needs the id of the call it answers")
+    elif tool_call_id:
+        raise InvalidMessage("tool_call_id", "only tool messages carry a tool_call_id")
+    if len(tool_call_id) > MAX_KEY:
+        raise InvalidMessage("tool_call_id", f"longer than {MAX_KEY} characters")
+
+    name = data.get("name") or ""
+    if not isinstance(name, str) or len(name) > MAX_NAME:
+        raise InvalidMessage("name", f"must be a string of at most {MAX_NAME} characters")
+
+    metadata = data.get("metadata") or {}
+    if not isinstance(metadata, dict):
+        raise InvalidMessage("metadata", "must be an object")
+    extra = data.get("extra") or None
+    if extra is not None:
+        if not isinstance(extra, dict):
+            raise InvalidMessage("extra", "must be an object")
+        clash = set(extra) & ALLOWED_KEYS
+        if clash:
+            raise InvalidMessage("extra", f"may not redefine {sorted(clash)[0]!r}")
+    remember = data.get("remember", False)
+    if not isinstance(remember, bool):
+        raise InvalidMessage("remember", "must be true or false")
+    key = data.get("idempotency_key")
+    if key is not None and (not isinstance(key, str) or not key or len(key) > MAX_KEY):
+        raise InvalidMessage("idempotency_key", f"must be a non-empty string of at most {MAX_KEY} characters")
+
+    message = NewMessage(
+        role=role, content=text, content_parts=parts, name=name, tool_calls=tool_calls,
+        tool_call_id=tool_call_id, extra=extra, metadata=metadata, remember=remember,
+        idempotency_key=key,
+    )
+    _check_size(message)
+    return message
+
+
+def validate_messages(batch: Any) -> list[NewMessage]:
+    if not isinstance(batch, (list, tuple)):
+        raise InvalidMessage("messages", "must be a list of messages")
+    if not batch:
+        raise InvalidMessage("messages", "must not be empty")
+    limit = memory_settings.MAX_BATCH_SIZE
+    if len(batch) > limit:
+        raise InvalidMessage("messages", f"at most {limit} messages per batch; got {len(batch)}")
+    validated = []
+    for index, item in enumerate(batch):
+        try:
+            validated.append(validate_message(item))
+        except InvalidMessage as err:
+            raise err.at(index) from None
+    keys = [m.idempotency_key for m in validated if m.idempotency_key]
+    if len(keys) != len(set(keys)):
+        raise InvalidMessage("idempotency_key", "repeated within one batch")
+    return validated
+
+
+def _content(content: Any, role: str, *, has_tool_calls: bool) -> tuple[str, list | None]:
+    if content is None:
+        if role == "assistant" and has_tool_calls:
+            return "", None
+        raise InvalidMessage("content", f"a {role} message needs content")
+    if isinstance(content, str):
+        if content.count("\x00"):
+            raise InvalidMessage("content", "must not contain NUL characters")
+        return content, None
+    if isinstance(content, list):
+        if not content:
+            raise InvalidMessage("content", "a list of content parts must not be empty")
+        texts = []
+        for i, part in enumerate(content):
+            if not isinstance(part, dict) or part.get("type") not in PART_TYPES:
+                raise InvalidMessage(
+                    "content", f"part {i} must be an object with type one of {', '.join(sorted(PART_TYPES))}"
+                )
+            if part["type"] in ("text", "refusal"):
+                value = part.get(part["type"])
+                if not isinstance(value, str):
+                    raise InvalidMessage("content", f"part {i} needs a string {part['type']!r}")
+                if "\x00" in value:
+                    raise InvalidMessage("content", "must not contain NUL characters")
+                texts.append(value)
+        return "\n".join(texts), list(content)
+    raise InvalidMessage("content", "must be a string, a list of content parts, or null")
+
+
+def _tool_calls(tool_calls: Any, role: str) -> list | None:
+    if tool_calls in (None, []):
+        return None
+    if role != "assistant":
+        raise InvalidMessage("tool_calls", "only assistant messages carry tool calls")
+    if not isinstance(tool_calls, list):
+        raise InvalidMessage("tool_calls", "must be a list")
+    seen = set()
+    for i, call in enumerate(tool_calls):
+        if not isinstance(call, dict):
+            raise InvalidMessage("tool_calls", f"call {i} must be an object")
+        call_id = call.get("id")
+        if not isinstance(call_id, str) or not call_id or len(call_id) > MAX_KEY:
+            raise InvalidMessage("tool_calls", f"call {i} needs a string id")
+        if call_id in seen:
+            raise InvalidMessage("tool_calls", f"call {i} repeats id {call_id!r}")
+        seen.add(call_id)
+        if call.get("type", "function") != "function":
+            raise InvalidMessage("tool_calls", f"call {i}: type must be 'function'")
+        function = call.get("function")
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str) or not function["name"]:
+            raise InvalidMessage("tool_calls", f"call {i} needs function.name")
+        if not isinstance(function.get("arguments", ""), str):
+            raise InvalidMessage("tool_calls", f"call {i}: function.arguments must be a JSON string")
+    return tool_calls
+
+
+def _check_size(message: NewMessage) -> None:
+    limit = memory_settings.MAX_MESSAGE_BYTES
+    size = len(message.content.encode("utf-8", "surrogatepass"))
+    for blob in (message.content_parts, message.tool_calls, message.extra, message.metadata):
+        if blob:
+            size += len(json.dumps(blob, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+    if size > limit:
+        raise MessageTooLarge("content", f"message is {size} bytes; the limit is {limit} (MAX_MESSAGE_BYTES)")

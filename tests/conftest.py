@@ -1,0 +1,53 @@
+"""Fixtures shared by the whole suite."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from django.db import connection
+
+
+def pytest_collection_modifyitems(config, items):
+    if connection.vendor == "postgresql":
+        return
+    skip = pytest.mark.skip(reason=f"needs PostgreSQL + pgvector (database is {connection.vendor})")
+    for item in items:
+        if "postgres" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def make_user(django_user_model):
+    def make(username: str | None = None, **extra):
+        return django_user_model.objects.create_user(
+            username=username or f"user-{uuid.uuid4().hex[:8]}", password="pw", **extra
+        )
+
+    return make
+
+
+@pytest.fixture
+def user(make_user):
+    return make_user("alice")
+
+
+@pytest.fixture
+def other_user(make_user):
+    return make_user("bob")
+
+
+@pytest.fixture
+def mem(db, user):
+    from memory_app import Memory
+
+    return Memory.session("test-session", owner=user, namespace="tests")
+
+
+def tool_turn(call_id: str = "call_1", *, result: str = "sunny", name: str = "weather") -> list[dict]:
+    """An assistant tool call and its result, as a model would produce them."""
+    return [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": call_id, "type": "function", "function": {"name": name, "arguments": '{"city": "Oslo"}'}}]},
+        {"role": "tool", "tool_call_id": call_id, "content": result},
+    ]
