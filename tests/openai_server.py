@@ -83,7 +83,8 @@ class FakeOpenAIServer:
     def reply_with(self, *replies: str | dict) -> None:
         """Queue canned chat replies, used before ``chat_handler``.
 
-        A dict reply is an assistant message: ``{"content": ..., "tool_calls": [...]}``.
+        A dict reply is an assistant message: ``{"content": ..., "tool_calls": [...]}``; other keys
+        (``reasoning_content``...) are sent as given.
         """
         with self._lock:
             self._replies.extend(replies)
@@ -190,9 +191,8 @@ class FakeOpenAIServer:
 
             def _chat_message(self, payload, reply: dict, model: str, created: int):
                 """A canned assistant message (tool calls included), plain or as one streamed chunk."""
-                message = {"role": "assistant", "content": reply.get("content")}
-                if reply.get("tool_calls"):
-                    message["tool_calls"] = reply["tool_calls"]
+                # Other keys pass through (e.g. ``reasoning_content``, as some servers send).
+                message = {"role": "assistant", "content": None, **reply}
                 finish = "tool_calls" if reply.get("tool_calls") else "stop"
                 if not payload.get("stream"):
                     return self._send(200, {
