@@ -16,6 +16,18 @@ import sys
 from _setup import model_name, setup_django
 
 
+def typed_lines():
+    """Lines typed at the prompt, until an empty line or end of input."""
+    while True:
+        try:
+            line = input("> ").strip()
+        except EOFError:
+            return
+        if not line:
+            return
+        yield line
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("message", nargs="*")
@@ -35,8 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         session.clear()
     chat = Conversation(session, OpenAI(), model_name(), system="You are a concise, friendly assistant.")
 
-    messages = [" ".join(args.message)] if args.message else iter(lambda: input("> ").strip(), "")
-    for text in messages:
+    for text in [" ".join(args.message)] if args.message else typed_lines():
         if args.no_stream:
             turn = chat.send(text)
             print(turn.reply)

@@ -34,16 +34,15 @@ from ..memory import Memory, SessionMemory
 from ..types import StoredMessage
 
 try:
-    from agents.memory.session_settings import (
-        SessionSettings,
-        coerce_session_settings,
-        resolve_session_limit,
-    )
+    import agents.memory as _sdk_memory
 except ImportError as err:  # pragma: no cover - depends on the installed extras
     raise ImportError(
         "memory_app.integrations.agents needs the OpenAI Agents SDK: "
         "pip install 'django-memory-app[agents]'"
     ) from err
+
+# Session settings (a default ``limit``) came with later SDK versions; older ones work without.
+SessionSettings: Any = getattr(_sdk_memory, "SessionSettings", None)
 
 __all__ = ["ITEM_KEY", "MemorySession", "item_to_message", "message_to_items"]
 
@@ -139,28 +138,28 @@ def message_to_items(message: StoredMessage) -> list[dict[str, Any]]:
 class MemorySession:
     """An implementation of the Agents SDK ``Session`` protocol backed by ``SessionMemory``.
 
-    ``session_id`` is the memory session's id. ``session_settings.limit`` (when set) is the
-    default ``limit`` of ``get_items``.
+    ``session_id`` is the memory session's id. ``session_settings`` (a ``SessionSettings`` or a
+    dict of its fields) gives the default ``limit`` of ``get_items``.
     """
 
-    def __init__(self, memory: SessionMemory,
-                 session_settings: SessionSettings | dict[str, Any] | None = None) -> None:
+    def __init__(self, memory: SessionMemory, session_settings: Any = None) -> None:
         self.memory = memory
         self.session_id: str = str(memory.id)
-        self.session_settings: SessionSettings | None = (
-            coerce_session_settings(session_settings) if session_settings is not None else SessionSettings()
-        )
+        if isinstance(session_settings, dict):
+            session_settings = SessionSettings(**session_settings)
+        elif session_settings is None and SessionSettings is not None:
+            session_settings = SessionSettings()
+        self.session_settings = session_settings
 
     @classmethod
     def open(cls, key: str, *, owner=None, namespace: str | None = None,
-             session_settings: SessionSettings | dict[str, Any] | None = None, **options: Any) -> MemorySession:
+             session_settings: Any = None, **options: Any) -> MemorySession:
         """The session ``key`` of ``owner`` in ``namespace`` (created when missing), as an SDK session."""
         return cls(Memory.session(key, owner=owner, namespace=namespace, **options), session_settings)
 
     @classmethod
     async def aopen(cls, key: str, *, owner=None, namespace: str | None = None,
-                    session_settings: SessionSettings | dict[str, Any] | None = None,
-                    **options: Any) -> MemorySession:
+                    session_settings: Any = None, **options: Any) -> MemorySession:
         memory = await sync_to_async(Memory.session)(key, owner=owner, namespace=namespace, **options)
         return cls(memory, session_settings)
 
@@ -172,7 +171,8 @@ class MemorySession:
 
         As in the SDK's own SQLite session, ``limit=0`` gives nothing and a negative limit all.
         """
-        limit = resolve_session_limit(limit, self.session_settings)
+        if limit is None and self.session_settings is not None:
+            limit = self.session_settings.limit
         if limit is not None and limit == 0:
             return []
         if limit is None or limit < 0:
