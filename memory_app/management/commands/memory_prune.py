@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
-import sys
 import re
+import sys
 
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
