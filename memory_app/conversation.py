@@ -108,14 +108,14 @@ class Turn:
                 usage: Any = None) -> None:
         metadata: dict[str, Any] = {"model": model, "response_id": response_id, "finish_reason": finish_reason}
         if usage is not None:
-            metadata["usage"] = usage.model_dump(exclude_none=True) if hasattr(usage, "model_dump") else usage
+            metadata["usage"] = usage.model_dump(exclude_none=True)
         self._reply_metadata = {k: v for k, v in metadata.items() if v is not None}
 
     def _take_completion(self, response: Any) -> None:
         self.response = response
         choice = response.choices[0]
         self.reply = choice.message.content or ""
-        self._refusal = getattr(choice.message, "refusal", None)
+        self._refusal = choice.message.refusal
         self._record(model=response.model, response_id=response.id, finish_reason=choice.finish_reason,
                      usage=response.usage)
 
@@ -230,13 +230,12 @@ class _StreamedReply:
         """Note one chunk; returns its text, if any."""
         self.model = chunk.model or self.model
         self.id = chunk.id or self.id
-        if getattr(chunk, "usage", None) is not None:
-            self.usage = chunk.usage
+        self.usage = chunk.usage or self.usage
         if not chunk.choices:
             return None
         choice = chunk.choices[0]
         self.finish_reason = choice.finish_reason or self.finish_reason
-        self.refusal += getattr(choice.delta, "refusal", None) or ""
+        self.refusal += choice.delta.refusal or ""
         if choice.delta.content:
             self.pieces.append(choice.delta.content)
         return choice.delta.content
