@@ -131,3 +131,25 @@ def test_bad_limits_raise(mem):
         mem.window(max_messages=-1)
     with pytest.raises(InvalidCursor):
         mem.window(max_tokens="lots")
+
+
+def test_parallel_calls_stored_one_per_message_stay_with_their_results(mem):
+    def call(call_id, city):
+        return {"role": "assistant", "content": None, "tool_calls": [
+            {"id": call_id, "type": "function", "function": {"name": "weather", "arguments": city}}]}
+
+    mem.add_many([
+        user("weather in Oslo and Bergen?"),
+        call("a", "Oslo"), call("b", "Bergen"),
+        {"role": "tool", "tool_call_id": "a", "content": "sunny"},
+        {"role": "tool", "tool_call_id": "b", "content": "rain"},
+        assistant("Oslo sunny, Bergen rain."),
+    ])
+    expected = {1: ["assistant"], 4: ["assistant"],
+                5: ["assistant", "assistant", "tool", "tool", "assistant"]}
+    for limit, roles in expected.items():
+        assert [m["role"] for m in mem.window(max_messages=limit)] == roles
+    # Cover the first call only: the second call keeps its own result, the orphan goes.
+    mem.save_snapshot("asked about weather", upto=2, prev=None)
+    assert [m.get("tool_call_id") for m in mem.window().messages[1:]] == [None, "b", None]
+    assert [m["role"] for m in mem.window().messages[1:]] == ["assistant", "tool", "assistant"]
