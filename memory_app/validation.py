@@ -8,6 +8,7 @@ OpenAI fields kept losslessly, e.g. ``refusal``). Anything else is refused, not 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,6 +73,10 @@ def validate_message(data: Any) -> NewMessage:
     unknown = sorted(set(data) - ALLOWED_KEYS)
     if unknown:
         raise InvalidMessage(str(unknown[0]), "unknown field (put other OpenAI fields in 'extra')")
+    for key, value in data.items():
+        problem = unstorable(value)
+        if problem:
+            raise InvalidMessage(key, problem)
 
     role = data.get("role")
     if role not in ROLES:
@@ -117,6 +122,35 @@ def validate_message(data: Any) -> NewMessage:
     )
     _check_size(message)
     return message
+
+
+def unstorable(value: Any) -> str | None:
+    """Why ``value`` (a string or JSON-like data, keys included) cannot be stored, or ``None``.
+
+    PostgreSQL's text and jsonb refuse NUL characters and lone surrogates, and JSON has no NaN or
+    infinity: refusing them here gives the caller a field-level error instead of a database error.
+    """
+    if isinstance(value, str):
+        if "\x00" in value:
+            return "must not contain NUL characters"
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return "must be valid Unicode (no lone surrogates)"
+        return None
+    if isinstance(value, float):
+        return None if math.isfinite(value) else "numbers must be finite"
+    if isinstance(value, dict):
+        for key, item in value.items():
+            problem = unstorable(key) if isinstance(key, str) else None
+            if problem := problem or unstorable(item):
+                return problem
+        return None
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            if problem := unstorable(item):
+                return problem
+    return None
 
 
 def validate_messages(batch: Any) -> list[NewMessage]:
