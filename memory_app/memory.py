@@ -238,6 +238,9 @@ class SessionMemory:
 
     def add_many(self, messages: Iterable[dict[str, Any]]) -> list[StoredMessage]:
         """Append a batch atomically: all stored, in order, with consecutive cursors, or none."""
+        if isinstance(messages, (str, bytes, dict)) or not isinstance(messages, Iterable):
+            # Iterable or not, none of these is a batch (a string would become one per character).
+            raise InvalidMessage("messages", "must be a list of messages")
         return log.append(self.session.pk, validate_messages(list(messages)))
 
     # -- reading ------------------------------------------------------------------------------

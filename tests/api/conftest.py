@@ -18,6 +18,12 @@ def api_client_for(user) -> APIClient:
 
 
 @pytest.fixture(autouse=True)
+def _fast_password_hashing(settings):
+    # Users are made per test; the default hasher's deliberate slowness would dominate run time.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
 def _fresh_throttle_counts():
     # Throttle counters live in the cache; each test starts from zero.
     cache.clear()

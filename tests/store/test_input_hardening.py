@@ -176,3 +176,11 @@ def test_import_accepts_naive_datetimes_as_utc(user, export):
     copy_ = Memory.import_session(data, owner=user, key="copy")
     assert copy_.info().created_at.isoformat() == "2024-01-02T03:04:05+00:00"
     assert [m.cursor for m in copy_.messages()] == [1, 2, 3]
+
+
+@pytest.mark.parametrize("batch", ["hello", {"role": "user", "content": "x"}, None, 42])
+def test_add_many_refuses_what_is_not_a_list(mem, batch):
+    with pytest.raises(InvalidMessage) as caught:
+        mem.add_many(batch)
+    assert (caught.value.field, caught.value.index) == ("messages", None)
+    assert mem.count() == 0
