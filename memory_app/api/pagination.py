@@ -23,6 +23,16 @@ class SessionCursorPagination(CursorPagination):
         self.page_size = memory_settings.API_SESSIONS_PAGE_SIZE
         self.max_page_size = memory_settings.API_SESSIONS_MAX_PAGE_SIZE
 
+    def get_page_size(self, request) -> int:
+        # DRF falls back to the default on a bad value; say what is wrong instead.
+        if self.page_size_query_param not in request.query_params:
+            return self.page_size
+        field = serializers.IntegerField(min_value=1, max_value=self.max_page_size)
+        try:
+            return field.run_validation(request.query_params[self.page_size_query_param])
+        except serializers.ValidationError as err:
+            raise serializers.ValidationError({self.page_size_query_param: err.detail}) from None
+
     def decode_cursor(self, request):
         try:
             return super().decode_cursor(request)

@@ -40,6 +40,32 @@ class StrictFieldsMixin:
         return super().to_internal_value(data)
 
 
+# JSON has types: a client sending 5 for a string or "true" for a boolean is told so, rather
+# than having DRF's coercion guess (the schema promises what is accepted, exactly).
+
+class StrictCharField(serializers.CharField):
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictBooleanField(serializers.BooleanField):
+    default_error_messages = {"invalid": "Must be true or false."}
+
+    def to_internal_value(self, data: Any) -> bool:
+        if not isinstance(data, bool):
+            self.fail("invalid")
+        return data
+
+
+class StrictIntegerField(serializers.IntegerField):
+    def to_internal_value(self, data: Any) -> int:
+        if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
 # -- schema-only building blocks ---------------------------------------------------------------
 
 CONTENT_SCHEMA = {
@@ -68,7 +94,8 @@ class ContentField(serializers.JSONField):
 
 class ToolCallFunctionSerializer(serializers.Serializer):
     name = serializers.CharField(min_length=1)
-    arguments = serializers.CharField(allow_blank=True, help_text="The arguments as a JSON string.")
+    arguments = serializers.CharField(required=False, allow_blank=True,
+                                      help_text="The arguments as a JSON string.")
 
 
 class ToolCallSerializer(serializers.Serializer):
@@ -78,21 +105,24 @@ class ToolCallSerializer(serializers.Serializer):
 
 
 class MessageInSerializer(serializers.Serializer):
-    """An OpenAI chat message, plus the store's optional fields."""
+    """An OpenAI chat message, plus the store's optional fields (null means absent)."""
 
     role = serializers.ChoiceField(choices=Role.choices)
     content = ContentField(required=False, allow_null=True)
-    name = serializers.CharField(required=False, allow_blank=True, max_length=MAX_NAME)
-    tool_calls = ToolCallSerializer(many=True, required=False, help_text="Assistant messages only.")
-    tool_call_id = serializers.CharField(required=False, max_length=MAX_KEY,
+    name = serializers.CharField(required=False, allow_null=True, allow_blank=True, max_length=MAX_NAME)
+    tool_calls = ToolCallSerializer(many=True, required=False, allow_null=True,
+                                    help_text="Assistant messages only.")
+    tool_call_id = serializers.CharField(required=False, allow_null=True, allow_blank=True, max_length=MAX_KEY,
                                          help_text="Tool messages only: the call they answer.")
-    metadata = serializers.DictField(required=False, help_text="Free-form, stored with the message.")
+    metadata = serializers.DictField(required=False, allow_null=True,
+                                     help_text="Free-form, stored with the message.")
     remember = serializers.BooleanField(required=False, help_text="Never pruned by snapshots.")
     idempotency_key = serializers.CharField(
-        required=False, max_length=MAX_KEY,
+        required=False, allow_null=True, max_length=MAX_KEY,
         help_text="A retried append with the same key returns the stored message instead of a copy.",
     )
-    extra = serializers.DictField(required=False, help_text="Other OpenAI message fields, kept losslessly.")
+    extra = serializers.DictField(required=False, allow_null=True,
+                                  help_text="Other OpenAI message fields, kept losslessly.")
 
 
 @extend_schema_field(MessageInSerializer(many=True))
@@ -199,13 +229,13 @@ class SessionSerializer(serializers.Serializer):
 # -- requests ----------------------------------------------------------------------------------
 
 class SessionCreateSerializer(StrictFieldsMixin, serializers.Serializer):
-    key = serializers.CharField(max_length=255, help_text="Unique per owner and namespace.")
-    namespace = serializers.CharField(max_length=100, required=False, help_text="The agent's name.")
-    title = serializers.CharField(max_length=255, required=False, allow_blank=True)
+    key = StrictCharField(max_length=255, help_text="Unique per owner and namespace.")
+    namespace = StrictCharField(max_length=100, required=False, help_text="The agent's name.")
+    title = StrictCharField(max_length=255, required=False, allow_blank=True)
     metadata = serializers.DictField(required=False)
     expires_at = serializers.DateTimeField(required=False, allow_null=True,
                                            help_text="Deleted by memory_prune after this time.")
-    get_or_create = serializers.BooleanField(
+    get_or_create = StrictBooleanField(
         default=False,
         help_text="When the key is taken: false (default) answers 409; true returns the existing "
                   "session with 200 (its title, metadata and expiry unchanged).",
@@ -213,26 +243,26 @@ class SessionCreateSerializer(StrictFieldsMixin, serializers.Serializer):
 
 
 class SessionUpdateSerializer(StrictFieldsMixin, serializers.Serializer):
-    title = serializers.CharField(max_length=255, required=False, allow_blank=True)
+    title = StrictCharField(max_length=255, required=False, allow_blank=True)
     metadata = serializers.DictField(required=False, help_text="Replaces the whole metadata object.")
     expires_at = serializers.DateTimeField(required=False, allow_null=True, help_text="null: never expires.")
 
 
 class SnapshotCreateSerializer(StrictFieldsMixin, serializers.Serializer):
-    summary = serializers.CharField(help_text="Stands for every message up to `upto`.")
-    upto = serializers.IntegerField(min_value=0, max_value=MAX_CURSOR,
-                                    help_text="Cursor of the last message the summary covers.")
-    prev_version = serializers.IntegerField(
+    summary = StrictCharField(help_text="Stands for every message up to `upto`.")
+    upto = StrictIntegerField(min_value=0, max_value=MAX_CURSOR,
+                              help_text="Cursor of the last message the summary covers.")
+    prev_version = StrictIntegerField(
         required=False, allow_null=True, min_value=1, max_value=MAX_COUNT,
         help_text="Version of the latest snapshot you read; omit or null if there was none. "
                   "If another snapshot was saved since, the answer is 409 and nothing is written.",
     )
     pinned = MessageListField(required=False,
                               help_text="Messages always sent with the summary (e.g. the task).")
-    model = serializers.CharField(required=False, allow_blank=True, max_length=200,
-                                  help_text="Who wrote the summary.")
+    model = StrictCharField(required=False, allow_blank=True, max_length=200,
+                            help_text="Who wrote the summary.")
     metadata = serializers.DictField(required=False)
-    prune = serializers.BooleanField(
+    prune = StrictBooleanField(
         required=False, allow_null=True,
         help_text="Delete the covered messages (default: the PRUNE_COMPACTED setting).",
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.http import QueryDict
 from django.utils.module_loading import import_string
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
@@ -62,6 +63,9 @@ def _errors(*groups: dict) -> dict:
 
 
 def _validated(serializer_class: type[serializers.Serializer], data: Any) -> dict[str, Any]:
+    if isinstance(data, QueryDict):
+        # As a plain dict: DRF reads an empty form value as "not given", but `?after=` is bad input.
+        data = data.dict()
     serializer = serializer_class(data=data)
     serializer.is_valid(raise_exception=True)
     return dict(serializer.validated_data)
@@ -109,6 +113,9 @@ class MemoryAPIMixin:
         description="A key is unique per owner and namespace: a taken key answers 409, unless "
                     "`get_or_create` is true, which returns the existing session with 200.",
         request=s.SessionCreateSerializer,
+        examples=[OpenApiExample("A support chat", request_only=True, value={
+            "key": "chat-42", "namespace": "support-bot", "title": "Refund question",
+            "metadata": {"customer": "c-1001"}})],
         responses={
             201: OpenApiResponse(s.SessionSerializer, description="Created."),
             200: OpenApiResponse(s.SessionSerializer, description="Existing session (get_or_create)."),
@@ -125,6 +132,7 @@ class MemoryAPIMixin:
         description="Only `title`, `metadata` (replaced whole) and `expires_at` may change; any "
                     "other field, read-only or unknown, answers 400.",
         parameters=[SESSION_ID], request=s.SessionUpdateSerializer,
+        examples=[OpenApiExample("Rename", request_only=True, value={"title": "Refund approved"})],
         responses={200: s.SessionSerializer, **_errors(BAD_INPUT, NOT_FOUND, UNSUPPORTED)},
     ),
     destroy=extend_schema(
@@ -277,6 +285,14 @@ class SessionViewSet(MemoryAPIMixin, GenericViewSet):
                     "snapshot. `upto` must move past the previous snapshot and lie within the log.",
         parameters=[SESSION_ID],
         request=s.SnapshotCreateSerializer,
+        examples=[
+            OpenApiExample("First snapshot", request_only=True, value={
+                "summary": "The user asked about the weather in Oslo; it is sunny.", "upto": 2,
+                "pinned": [{"role": "user", "content": "Task: plan a day in Oslo."}]}),
+            OpenApiExample("Next snapshot", request_only=True, value={
+                "summary": "Weather checked; the user now plans a museum visit.", "upto": 4,
+                "prev_version": 1}),
+        ],
         responses={
             201: s.SnapshotSerializer,
             409: OpenApiResponse(s.SnapshotConflictSerializer,

@@ -184,3 +184,31 @@ def test_add_many_refuses_what_is_not_a_list(mem, batch):
         mem.add_many(batch)
     assert (caught.value.field, caught.value.index) == ("messages", None)
     assert mem.count() == 0
+
+
+@pytest.mark.parametrize(
+    ("message", "field"),
+    [
+        ({"role": {}, "content": "hi"}, "role"),
+        ({"role": ["user"], "content": "hi"}, "role"),
+        ({"role": "user", "content": [{"type": {}}]}, "content"),
+        ({"role": "user", "content": [{"type": ["text"], "text": "x"}]}, "content"),
+    ],
+)
+def test_unhashable_roles_and_part_types_are_invalid_messages(mem, message, field):
+    with pytest.raises(InvalidMessage) as caught:
+        mem.add(message)
+    assert caught.value.field == field
+
+
+@pytest.mark.parametrize(
+    ("optional", "wrong"),
+    [("name", 0), ("name", []), ("metadata", []), ("metadata", ""), ("extra", ""), ("extra", []),
+     ("tool_call_id", 0)],
+)
+def test_optional_fields_are_null_or_their_type(mem, optional, wrong):
+    with pytest.raises(InvalidMessage) as caught:
+        mem.add({"role": "user", "content": "hi", optional: wrong})
+    assert caught.value.field == optional
+    stored = mem.add({"role": "user", "content": "hi", optional: None})  # null means absent
+    assert stored.as_openai() == {"role": "user", "content": "hi"}
