@@ -268,6 +268,11 @@ class SnapshotCreateSerializer(StrictFieldsMixin, serializers.Serializer):
     )
 
 
+class SessionListQuerySerializer(serializers.Serializer):
+    namespace = serializers.CharField(required=False, max_length=100,
+                                      help_text="Only sessions of this namespace (agent).")
+
+
 class MessagesQuerySerializer(serializers.Serializer):
     after = serializers.IntegerField(required=False, min_value=0, max_value=MAX_CURSOR,
                                      help_text="Return messages with a cursor greater than this.")

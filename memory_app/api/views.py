@@ -103,9 +103,7 @@ class MemoryAPIMixin:
     list=extend_schema(
         summary="List sessions",
         description="Your sessions, newest first (or by `ordering`), a page at a time.",
-        parameters=[
-            OpenApiParameter("namespace", str, description="Only sessions of this namespace (agent)."),
-        ],
+        parameters=[s.SessionListQuerySerializer],
         responses={200: s.SessionSerializer(many=True), **_errors(BAD_INPUT)},
     ),
     create=extend_schema(
@@ -155,7 +153,7 @@ class SessionViewSet(MemoryAPIMixin, GenericViewSet):
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):  # schema generation
             return Session.objects.none()
-        namespace = _validated(SessionListQuerySerializer, self.request.query_params).get("namespace")
+        namespace = _validated(s.SessionListQuerySerializer, self.request.query_params).get("namespace")
         return Memory.sessions_queryset(self.owner_scope(), namespace=namespace)
 
     def get_memory(self) -> SessionMemory:
@@ -359,10 +357,6 @@ class SessionViewSet(MemoryAPIMixin, GenericViewSet):
         memory = self.get_memory()
         memory.clear()
         return Response(s.SessionSerializer(memory.info()).data)
-
-
-class SessionListQuerySerializer(serializers.Serializer):
-    namespace = serializers.CharField(required=False, max_length=100)
 
 
 __all__ = ["MemoryAPIMixin", "SessionViewSet"]
