@@ -1,4 +1,4 @@
-"""Fixtures of the REST API tests: token-authenticated clients for two users, URL helpers."""
+"""Fixtures of the REST API tests: token-authenticated clients for two users, URL builders."""
 
 from __future__ import annotations
 
