@@ -47,7 +47,14 @@ class InvalidSnapshot(MemoryStoreError, ValueError):
 
 
 class InvalidCursor(MemoryStoreError, ValueError):
-    """A cursor is not an integer, does not move past the latest snapshot, or lies beyond the log."""
+    """A cursor is not an integer, does not move past the latest snapshot, or lies beyond the log.
+
+    ``field`` names the argument at fault (``after``, ``upto``, ...) when it is known.
+    """
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        self.field = field
+        super().__init__(message)
 
 
 class SessionNotFound(MemoryStoreError, LookupError):

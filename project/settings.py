@@ -24,6 +24,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI served locally (works offline)
     "memory_app",
 ]
 
@@ -94,6 +95,13 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Conversation memory for LLM agents.",
     "VERSION": "0.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # --- REST API (memory_app.api) ---
+    # Separate request/response components, so read-only fields are not asked of clients.
+    "COMPONENT_SPLIT_REQUEST": True,
+    # Swagger UI's files come from drf-spectacular-sidecar: no CDN needed.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
 }
 
 # The app's own settings: one namespace, documented in memory_app/conf.py.
