@@ -208,22 +208,29 @@ def _local_run(session_id):
                 _local_runs.discard(key)
 
 
-def request_summary(session_id) -> str | None:
+def request_summary(session_id, *, keep_recent: int | None = None,
+                    fail_silently: bool = True) -> str | None:
     """Enqueue ``summarize_session`` unless one is already queued or running for the session.
 
-    Returns the task id, or ``None`` when nothing was enqueued (one is pending, or the broker
-    or Redis failed: that is logged, never raised, and the over-threshold sweep catches up).
+    Returns the task id, or ``None`` when nothing was enqueued: one is pending, or Redis or the
+    broker failed. Failures are logged, never raised (the over-threshold sweep catches up
+    later), unless ``fail_silently=False``.
     """
+    from celery import current_app
+
     from .tasks import summarize_session
 
     task_id = str(uuid.uuid4())
+    kwargs = {} if keep_recent is None else {"keep_recent": keep_recent}
     if _broker_is_eager():
         with _local_run(session_id) as acquired:
             if not acquired:
                 return None
             try:
-                summarize_session.apply_async(args=[str(session_id)], task_id=task_id)
+                summarize_session.apply_async(args=[str(session_id)], kwargs=kwargs, task_id=task_id)
             except Exception:
+                if not fail_silently:
+                    raise
                 logger.exception("inline summarization of session %s failed", session_id)
                 return None
         return task_id
@@ -234,16 +241,24 @@ def request_summary(session_id) -> str | None:
         ):
             return None  # a run is already queued or running
     except Exception:
+        if not fail_silently:
+            raise
         logger.warning("could not take the summarize lock of session %s; the over-threshold "
                        "sweep will enqueue it later", session_id, exc_info=True)
         return None
     try:
-        # retry=False: fail at once rather than hold up the caller while the broker is away.
-        summarize_session.apply_async(args=[str(session_id)], task_id=task_id, retry=False)
+        # Fail fast rather than hold up the request that appended while the broker is away
+        # (by default kombu keeps reconnecting for seconds).
+        with current_app.pool.acquire(block=True) as connection:
+            connection.ensure_connection(max_retries=1, interval_start=0)
+            summarize_session.apply_async(args=[str(session_id)], kwargs=kwargs, task_id=task_id,
+                                          connection=connection, retry=False)
     except Exception:
+        release_summary_lock(session_id, task_id)
+        if not fail_silently:
+            raise
         logger.warning("could not enqueue summarization of session %s; the over-threshold "
                        "sweep will enqueue it later", session_id, exc_info=True)
-        release_summary_lock(session_id, task_id)
         return None
     return task_id
 

@@ -162,8 +162,9 @@ def first_sentence(text: str, limit: int) -> str:
 class ExtractiveSummarizer(Summarizer):
     """An offline summary for the demo: extractive, not a language model.
 
-    It appends one line per newly covered user or assistant turn (the turn's first sentence, at
-    most ``max_sentence_chars``; a tool call becomes "assistant called <tool>") to the previous
+    It appends one line per newly covered user or assistant turn ("user: " and the turn's first
+    sentence, at most ``max_sentence_chars`` in all; a tool call becomes "assistant called
+    <tool>") to the previous
     summary's lines. When the summary grows past ``max_chars``, its oldest lines fall off
     first. Tool results and system messages are not kept. It is quick and never fails, but
     it does not understand anything: configure ``OpenAISummarizer`` for real summaries.
@@ -183,7 +184,9 @@ class ExtractiveSummarizer(Summarizer):
             if m.role not in ("user", "assistant"):
                 continue
             if m.content.strip():
-                lines.append(f"{m.role}: {first_sentence(m.content, self.max_sentence_chars)}")
+                prefix = f"{m.role}: "
+                room = max(self.max_sentence_chars - len(prefix), 1)
+                lines.append(prefix + first_sentence(m.content, room))
             elif m.tool_calls:
                 names = ", ".join((c.get("function") or {}).get("name", "?") for c in m.tool_calls)
                 lines.append(f"{m.role} called {names}"[: self.max_sentence_chars])
