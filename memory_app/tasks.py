@@ -52,7 +52,8 @@ def summarize_session(self, session_id: str, keep_recent: int | None = None) -> 
     """Compact one session (``SessionMemory.compact``); idempotent under redelivery.
 
     Returns ``{"version", "upto"}`` of the snapshot this task saved, or ``None`` when there was
-    nothing to cover or the session is gone.
+    nothing to cover or the session is gone. Run eagerly (no broker), a summarizer failure is
+    logged and ``None`` returned instead of retrying.
     """
     from .exceptions import SessionNotFound
     from .memory import ANY_OWNER, Memory
@@ -62,7 +63,15 @@ def summarize_session(self, session_id: str, keep_recent: int | None = None) -> 
     except SessionNotFound:
         logger.info("summarize_session: session %s no longer exists", session_id)
         return None
-    snapshot = mem.compact(keep_recent=keep_recent, idempotency_key=self.request.id)
+    try:
+        snapshot = mem.compact(keep_recent=keep_recent, idempotency_key=self.request.id)
+    except (SummarizerError, SnapshotConflict):
+        if not self.request.is_eager:
+            raise  # retried with backoff
+        # Run inline (no broker): nobody would retry later, and the caller is an append or a
+        # request that must not fail for this. Log it; the over-threshold sweep tries again.
+        logger.exception("summarization of session %s failed", session_id)
+        return None
     if snapshot is None:
         return None
     return {"version": snapshot.version, "upto": snapshot.upto}
