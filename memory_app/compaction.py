@@ -51,17 +51,32 @@ IDEMPOTENCY_KEY = "idempotency_key"
 
 
 # ---- choosing what to cover ------------------------------------------------------------------
-def covered_range(tail: Sequence[StoredMessage], keep_recent: int) -> list[StoredMessage]:
+def covered_range(tail: Sequence[StoredMessage], keep_recent: int,
+                  max_tokens: int | None = None) -> list[StoredMessage]:
     """The messages of ``tail`` (those after the latest snapshot, oldest first) to summarize.
 
-    All but the newest ``keep_recent``, moved back so the range ends on a whole tool group:
-    the first message left out is never a tool result, and when the range reaches the end of
-    ``tail`` it does not end with tool calls still waiting for results (they would be appended
-    after the snapshot, apart from their call).
+    All but the newest ``keep_recent`` (and the oldest of them that fit ``max_tokens``), moved
+    back so the range ends on a whole tool group: the first message left out is never a tool
+    result, and when the range reaches the end of ``tail`` it does not end with tool calls
+    still waiting for results (they would be appended after the snapshot, apart from their
+    call). A first group larger than ``max_tokens`` is still covered whole.
     """
     cut = len(tail) - keep_recent
     if cut <= 0:
         return []
+    if max_tokens is not None:
+        used = 0
+        for index, message in enumerate(tail[:cut]):
+            used += message.tokens
+            if used > max_tokens:
+                while index > 0 and tail[index].role == "tool":
+                    index -= 1
+                if index == 0:  # the first group alone is too large: it still goes whole
+                    index = 1
+                    while index < cut and tail[index].role == "tool":
+                        index += 1
+                cut = index
+                break
     # Never leave a tool result out while its call (and earlier results) are covered.
     while cut > 0 and cut < len(tail) and tail[cut].role == "tool":
         cut -= 1
@@ -114,9 +129,11 @@ def compact(
             if done is not None:
                 return done
         previous, tail = mem.load_snapshot()
-        covered = covered_range(tail, keep_recent)
+        covered = covered_range(tail, keep_recent, memory_settings.SUMMARIZE_MAX_INPUT_TOKENS)
         if not covered:
             return None
+        # Cut short by the token budget: a follow-up run covers the rest.
+        partial = len(covered) < len(covered_range(tail, keep_recent))
         summary = summarizer.summarize(previous.summary if previous else None, covered)
         if not isinstance(summary, str) or not summary.strip():
             raise EmptySummary(f"{type(summarizer).__name__} returned an empty summary")
@@ -127,6 +144,8 @@ def compact(
         }
         if idempotency_key:
             metadata[IDEMPOTENCY_KEY] = idempotency_key
+        if partial:
+            metadata["partial"] = True
         try:
             return mem.save_snapshot(
                 summary.strip(),

@@ -54,6 +54,9 @@ DEFAULTS: dict[str, Any] = {
     "SUMMARIZE_THRESHOLD_TOKENS": 8000,
     # Messages left unsummarized at the end of the log by compaction.
     "SUMMARIZE_KEEP_RECENT": 20,
+    # Most tokens of messages given to the summarizer in one run (None: no limit). The rest is
+    # covered by the next run; a single tool group larger than this still goes whole.
+    "SUMMARIZE_MAX_INPUT_TOKENS": 30000,
     # Times compaction reloads and tries again when another snapshot was saved meanwhile.
     "SUMMARIZE_MAX_ATTEMPTS": 3,
     # Redis URL of the "one summarization per session at a time" lock; None: the Celery broker

@@ -74,4 +74,11 @@ def summarize_session(self, session_id: str, keep_recent: int | None = None) -> 
         return None
     if snapshot is None:
         return None
+    if snapshot.metadata.get("partial") and not self.request.is_eager:
+        # The run was cut short by SUMMARIZE_MAX_INPUT_TOKENS (a backlog): a follow-up run
+        # covers the rest now rather than at the next append.
+        from .compaction import release_summary_lock, request_summary
+
+        release_summary_lock(session_id, self.request.id)
+        request_summary(session_id, keep_recent=keep_recent)
     return {"version": snapshot.version, "upto": snapshot.upto}

@@ -87,6 +87,7 @@ def _celery_worker(tmp_path_factory, django_db_setup, _openai_server):
             "SUMMARIZER": "memory_app.providers.summarizers.OpenAISummarizer",
             "SUMMARIZER_OPTIONS": {"model": "test-summarizer", "max_tokens": 200},
             "SUMMARIZE_KEEP_RECENT": 2,
+            "SUMMARIZE_MAX_INPUT_TOKENS": 100,
             "SUMMARIZE_THRESHOLD_TOKENS": None,
         },
         log_dir=tmp_path_factory.mktemp("celery-worker"),

@@ -67,6 +67,19 @@ class TestCoveredRange:
         # Followed by another turn, an unanswered call is over: it is covered normally.
         assert cursors(covered_range(stored("uacua"), 2)) == [1, 2, 3]
 
+    def test_token_budget(self):
+        def costly(roles):
+            return [StoredMessage(m.cursor, m.role, m.content, tool_calls=m.tool_calls,
+                                  tool_call_id=m.tool_call_id, tokens=10) for m in stored(roles)]
+
+        assert cursors(covered_range(costly("uauauau"), 1, max_tokens=25)) == [1, 2]
+        assert cursors(covered_range(costly("uauauau"), 1, max_tokens=None)) == [1, 2, 3, 4, 5, 6]
+        # The budget runs out inside a tool group: stop before the group.
+        assert cursors(covered_range(costly("ucttua"), 1, max_tokens=25)) == [1]
+        # A first group larger than the budget still goes, whole.
+        assert cursors(covered_range(costly("cttua"), 1, max_tokens=5)) == [1, 2, 3]
+        assert cursors(covered_range(costly("uauau"), 1, max_tokens=5)) == [1]
+
     def test_orphan_results_at_the_start_are_not_split_from_nothing(self):
         assert covered_range(stored("ttua"), 3) == []
         assert cursors(covered_range(stored("ttua"), 2)) == [1, 2]
@@ -127,6 +140,27 @@ def test_tool_groups_are_never_split_in_the_store(mem, extractive):
     assert [m["role"] for m in window.messages] == ["user", "assistant"]  # summary, pending call
     mem.add({"role": "tool", "tool_call_id": "call_2", "content": "rain"})
     assert mem.compact(keep_recent=0).upto == 8
+
+
+def test_a_run_covers_at_most_the_token_budget(mem, settings):
+    settings.MEMORY_APP = {"SUMMARIZE_KEEP_RECENT": 2, "SUMMARIZE_MAX_INPUT_TOKENS": 30}
+    mem.add_many(turns(8))  # 13 tokens each
+    first = mem.compact()
+    assert (first.upto, first.metadata["partial"]) == (2, True)
+    assert [mem.compact().upto, mem.compact().upto] == [4, 6]
+    assert "partial" not in mem.latest_snapshot().metadata
+    assert mem.compact() is None
+
+
+def test_pruning_keeps_compaction_going(mem, settings):
+    settings.MEMORY_APP = {"SUMMARIZE_KEEP_RECENT": 2, "PRUNE_COMPACTED": True}
+    mem.add_many([{"role": "system", "content": "Be brief."}, *turns(6)])
+    assert mem.compact().upto == 5
+    assert [m.cursor for m in mem.messages()] == [1, 6, 7]  # the system prompt stays
+    mem.add_many(turns(3, start=7))
+    snap = mem.compact()
+    assert snap.upto == 8 and snap.summary.count("\n") == 6  # 4 + 3 turns, one line each
+    assert [m.cursor for m in mem.messages()] == [1, 9, 10]
 
 
 def test_idempotency_key_saves_one_snapshot(mem, extractive):

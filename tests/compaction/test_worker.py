@@ -60,6 +60,19 @@ def test_a_duplicated_delivery_saves_one_snapshot(celery_worker, openai_server):
     assert [s.upto for s in mem.snapshots()] == [4, 10]
 
 
+def test_a_backlog_larger_than_one_run_is_covered_by_follow_up_runs(celery_worker, openai_server):
+    mem = session_with(14)  # 12 to cover, 13 tokens each; a run takes at most 100 tokens
+    task_id = mem.summarize_async()
+    wait_until(lambda: snapshot_count(mem) == 2, message="the follow-up run")
+    first, second = mem.snapshots()
+    assert (first.upto, first.metadata["idempotency_key"], first.metadata["partial"]) == (7, task_id, True)
+    assert second.upto == 12 and second.metadata["idempotency_key"] != task_id
+    # The follow-up updated the first summary with messages 8-12 only.
+    second_request = openai_server.requests_to("/chat/completions")[1]["body"]["messages"][1]["content"]
+    assert f"Current summary:\n{first.summary}" in second_request
+    assert "msg-007" not in second_request and "msg-008" in second_request and "msg-013" not in second_request
+
+
 def test_a_provider_failure_is_retried_and_never_saved(celery_worker, openai_server):
     openai_server.fail_next(1, status=500)
     openai_server.reply_with("   ", "The real summary.")  # an empty answer first: an error too
