@@ -117,6 +117,11 @@ class CeleryWorker:
     def ensure_running(self) -> CeleryWorker:
         return self if self.alive else self.start()
 
+    def pool_processes(self) -> list[int]:
+        """Pids of the worker's pool (child) processes."""
+        found = subprocess.run(["pgrep", "-P", str(self.process.pid)], capture_output=True, text=True)
+        return [int(pid) for pid in found.stdout.split()]
+
     def kill(self) -> None:
         """SIGKILL: no shutdown, no acknowledgement, exactly like a crashed machine."""
         if self.process is not None and self.process.poll() is None:

@@ -84,6 +84,15 @@ def test_a_failing_summarizer_never_fails_the_append(settings, openai_server, ca
     assert len(openai_server.requests_to("/chat/completions")) == 1
 
 
+def test_a_deleted_session_is_nothing_to_do(settings):
+    from memory_app.tasks import summarize_session
+
+    mem = Memory.session("gone", owner=None)
+    mem.add_many(turns(5))
+    mem.delete()
+    assert summarize_session.apply(args=[str(mem.id)]).get() is None
+
+
 def test_summarize_async_runs_eagerly_without_a_broker(settings):
     settings.MEMORY_APP = {"SUMMARIZE_THRESHOLD_TOKENS": None}
     mem = Memory.session("demand", owner=None)
@@ -126,6 +135,12 @@ class TestCommand:
         assert other.snapshots() == []
         assert self.run("--session", str(other.id), "--sync", "--keep-recent", "5").startswith("1 compacted")
         assert other.latest_snapshot().upto == 5
+
+    def test_sync_runs_until_a_backlog_is_covered(self, sessions, settings):
+        settings.MEMORY_APP = {**settings.MEMORY_APP, "SUMMARIZE_MAX_INPUT_TOKENS": 30}
+        big, small, other = sessions
+        assert self.run("--session", str(big.id), "--sync").startswith("1 compacted")
+        assert [s.upto for s in big.snapshots()] == [2, 4, 6, 8]
 
     def test_over_threshold_sweep(self, sessions):
         big, small, other = sessions

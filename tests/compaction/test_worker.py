@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import uuid
 from io import StringIO
 
@@ -107,14 +109,12 @@ def test_a_killed_worker_leaves_the_store_as_it_was_and_the_task_is_redelivered(
 
 def test_a_killed_pool_process_gets_its_task_requeued(celery_worker, openai_server):
     """Only the child running the task dies: the worker requeues it (reject_on_worker_lost)."""
-    import psutil
-
     mem = session_with(8)
     openai_server.delay = 3
     task_id = mem.summarize_async()
     wait_until(lambda: openai_server.requests_to("/chat/completions"), message="the summarizer call")
-    [child] = psutil.Process(celery_worker.process.pid).children()
-    child.kill()
+    [child] = celery_worker.pool_processes()
+    os.kill(child, signal.SIGKILL)
     openai_server.delay = 0
     celery_worker.wait_for_log(f"[{task_id}] succeeded", timeout=20)
     assert "WorkerLostError" in celery_worker.log()

@@ -75,7 +75,11 @@ class Command(BaseCommand):
                 continue
             try:
                 if options["sync"]:
-                    result = Memory.get(session_id, owner=ANY_OWNER).compact(keep_recent=keep_recent)
+                    mem = Memory.get(session_id, owner=ANY_OWNER)
+                    result = snapshot = mem.compact(keep_recent=keep_recent)
+                    # A backlog larger than one run's token budget takes several runs.
+                    while snapshot is not None and snapshot.metadata.get("partial"):
+                        snapshot = mem.compact(keep_recent=keep_recent)
                 else:
                     result = request_summary(session_id, keep_recent=keep_recent, fail_silently=False)
             except Exception as err:  # store, summarizer, Redis or broker errors: go on with the rest
