@@ -24,7 +24,7 @@ from django.utils.dateparse import parse_datetime
 
 from . import log
 from .conf import memory_settings
-from .context import assemble_window, page_size
+from .context import assemble_window, page_sizer
 from .exceptions import (
     InvalidCursor,
     InvalidExport,
@@ -111,7 +111,7 @@ class Memory:
         expires_at: dt.datetime | None = None,
     ) -> SessionMemory:
         """The session ``key`` of ``owner`` in ``namespace``; created when missing unless ``create=False``."""
-        namespace = namespace or memory_settings.DEFAULT_NAMESPACE
+        namespace = memory_settings.DEFAULT_NAMESPACE if namespace is None else namespace
         _validate_session_fields(key=key, namespace=namespace, title=title, metadata=metadata)
         owner_id = _owner_id(owner)
         lookup = Session.objects.for_owner(owner_id).filter(namespace=namespace, key=key)
@@ -133,7 +133,7 @@ class Memory:
     def create(key: str, *, owner=None, namespace: str | None = None, title: str = "",
                metadata: dict | None = None, expires_at: dt.datetime | None = None) -> SessionMemory:
         """A new session; raises ``SessionExists`` if the key is taken."""
-        namespace = namespace or memory_settings.DEFAULT_NAMESPACE
+        namespace = memory_settings.DEFAULT_NAMESPACE if namespace is None else namespace
         _validate_session_fields(key=key, namespace=namespace, title=title, metadata=metadata)
         try:
             with transaction.atomic(using=router.db_for_write(Session)):
@@ -281,7 +281,8 @@ class SessionMemory:
         return assemble_window(
             snapshot=snapshot,
             system_messages=system,
-            newest_first=log.newest_first(self.session.pk, after=after, page=page_size(max_messages)),
+            newest_first=log.newest_first(self.session.pk, after=after,
+                                          page_size=page_sizer(max_messages, max_tokens)),
             max_messages=max_messages,
             max_tokens=max_tokens,
             cost=cost,
@@ -475,6 +476,39 @@ class SessionMemory:
     def delete(self) -> None:
         Session.objects.filter(pk=self.session.pk).delete()
 
+    # -- undoing the newest message (used by the OpenAI Agents SDK's ``pop_item``) --------------
+    def pop_last(self) -> StoredMessage | None:
+        """Delete the newest message and return it; ``None`` when the log is empty.
+
+        The log stays append-only in the sense that matters: the popped cursor is never handed
+        out again (``next_seq`` does not move back), so a reader holding it sees a gap, never a
+        different message. Counters are kept exact under concurrent appends (row lock).
+        """
+        with transaction.atomic(using=router.db_for_write(Message)):
+            try:
+                session = Session.objects.select_for_update().get(pk=self.session.pk)
+            except Session.DoesNotExist:
+                raise SessionNotFound(f"session {self.session.pk} was deleted") from None
+            newest = log.rows(Message.objects.filter(session=session).order_by("-seq")[:1])
+            if not newest:
+                return None
+            popped = newest[0]
+            Message.objects.filter(session=session, seq=popped.cursor).delete()
+            snapshot_upto = (
+                Snapshot.objects.filter(session=session).order_by("-version")
+                .values_list("upto", flat=True).first()
+            ) or 0
+            since = session.tokens_since_snapshot
+            if popped.cursor > snapshot_upto:
+                since = max(0, since - popped.tokens)
+            Session.objects.filter(pk=session.pk).update(
+                message_count=session.message_count - 1,
+                token_count=session.token_count - popped.tokens,
+                tokens_since_snapshot=since,
+                updated_at=timezone.now(),
+            )
+        return popped
+
     # -- export -------------------------------------------------------------------------------
     def export(self) -> dict[str, Any]:
         """The whole session as JSON-serialisable data; ``Memory.import_session`` restores it."""
@@ -555,6 +589,9 @@ class SessionMemory:
 
     async def aexport(self) -> dict[str, Any]:
         return await sync_to_async(self.export)()
+
+    async def apop_last(self) -> StoredMessage | None:
+        return await sync_to_async(self.pop_last)()
 
 
 def _prunable(session: Session, upto: int):
