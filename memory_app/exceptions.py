@@ -76,3 +76,15 @@ class InvalidSession(MemoryStoreError, ValueError):
         self.field = field
         self.reason = reason
         super().__init__(f"{field}: {reason}")
+
+
+# ---- summarization (compaction) --------------------------------------------------------------
+class SummarizerError(MemoryStoreError):
+    """The summarizer could not produce a summary (provider error, timeout, unusable answer).
+
+    Nothing is saved when it is raised; the ``summarize_session`` task retries it with backoff.
+    """
+
+
+class EmptySummary(SummarizerError):
+    """The summarizer answered with nothing usable: an error, never a summary."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
 from django.db import IntegrityError, router, transaction
@@ -39,6 +39,9 @@ from .models import Embedding, Message, Session, Snapshot
 from .tokens import count_message, encoding_name_for_model
 from .types import SessionInfo, SnapshotView, StoredMessage, Window
 from .validation import unstorable, validate_message, validate_messages
+
+if TYPE_CHECKING:
+    from .providers.summarizers import Summarizer
 
 EXPORT_FORMAT = "memory_app.session"
 EXPORT_VERSION = 1
@@ -411,6 +414,40 @@ class SessionMemory:
             )
             return deleted
 
+    # -- compaction (summarization) -----------------------------------------------------------
+    def compact(
+        self,
+        keep_recent: int | None = None,
+        summarizer: Summarizer | None = None,
+        *,
+        max_attempts: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> SnapshotView | None:
+        """Fold all but the newest ``keep_recent`` messages into the summary, by compare-and-swap.
+
+        The summarizer (default: the ``SUMMARIZER`` setting) updates the previous summary with
+        the newly covered messages; the covered range ends on a whole tool group. Messages
+        appended meanwhile stay after the new snapshot. On ``SnapshotConflict`` it reloads and
+        tries again, ``max_attempts`` times in all (default ``SUMMARIZE_MAX_ATTEMPTS``). A run
+        with an ``idempotency_key`` already on a snapshot saves nothing and returns that one.
+        Returns the new snapshot, or ``None`` if there was nothing to cover. See
+        ``memory_app.compaction``.
+        """
+        from .compaction import compact
+
+        return compact(self, keep_recent=keep_recent, summarizer=summarizer,
+                       max_attempts=max_attempts, idempotency_key=idempotency_key)
+
+    def summarize_async(self, keep_recent: int | None = None) -> str:
+        """Enqueue the ``summarize_session`` task for this session; returns the task id.
+
+        Without a broker (eager mode) the task runs now, in this process.
+        """
+        from .tasks import summarize_session
+
+        kwargs = {} if keep_recent is None else {"keep_recent": keep_recent}
+        return summarize_session.apply_async(args=[str(self.session.pk)], kwargs=kwargs).id
+
     # -- title and metadata -------------------------------------------------------------------
     @property
     def title(self) -> str:
@@ -564,6 +601,13 @@ class SessionMemory:
 
     async def aprune_compacted(self) -> int:
         return await sync_to_async(self.prune_compacted)()
+
+    async def acompact(self, keep_recent: int | None = None, summarizer: Summarizer | None = None,
+                       **kwargs: Any) -> SnapshotView | None:
+        return await sync_to_async(self.compact)(keep_recent, summarizer, **kwargs)
+
+    async def asummarize_async(self, keep_recent: int | None = None) -> str:
+        return await sync_to_async(self.summarize_async)(keep_recent)
 
     async def aset_meta(self, key: str, value: Any) -> dict:
         return await sync_to_async(self.set_meta)(key, value)

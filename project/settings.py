@@ -113,3 +113,16 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "loggers": {"memory_app": {"handlers": ["console"], "level": os.environ.get("MEMORY_LOG_LEVEL", "INFO")}},
 }
+
+# ---- settings given as JSON in the environment (worker processes, containers) -----------------
+# CELERY_BROKER_TRANSPORT_OPTIONS: Redis transport options, e.g. {"visibility_timeout": 3600}:
+# an unacknowledged task is redelivered after that many seconds (a killed worker's task).
+# MEMORY_APP_JSON: the MEMORY_APP dict, for processes that have no settings module of their own.
+if os.environ.get("CELERY_BROKER_TRANSPORT_OPTIONS"):
+    import json
+
+    CELERY_BROKER_TRANSPORT_OPTIONS = json.loads(os.environ["CELERY_BROKER_TRANSPORT_OPTIONS"])
+if os.environ.get("MEMORY_APP_JSON"):
+    import json
+
+    MEMORY_APP = json.loads(os.environ["MEMORY_APP_JSON"])
