@@ -33,10 +33,31 @@ DEFAULTS: dict[str, Any] = {
     "DEFAULT_NAMESPACE": "default",
     # Messages fetched per query while filling a window from the newest backwards.
     "WINDOW_PAGE_SIZE": 200,
+    # Keyword arguments for openai.OpenAI() used by the OpenAI providers: api_key, base_url,
+    # timeout, max_retries. Unset keys fall back to the SDK's environment variables.
+    "OPENAI": {},
+
+    # ---- recall: embeddings and search ----------------------------------------------------
+    # Dotted path of the embedding provider class (see memory_app/providers/embeddings.py).
+    "EMBEDDER": "memory_app.providers.embeddings.LexicalEmbedder",
+    # Keyword arguments for the embedder's constructor (model, dimensions, batch_size...).
+    "EMBEDDER_OPTIONS": {},
+    # Embed new messages in a background task after each append commits.
+    "EMBED_ON_APPEND": True,
+
+    # ---- summarization (compaction) --------------------------------------------------------
+    # Dotted path of the summarizer class (see memory_app/providers/summarizers.py).
+    "SUMMARIZER": "memory_app.providers.summarizers.ExtractiveSummarizer",
+    # Keyword arguments for the summarizer's constructor (model, prompt, max_tokens...).
+    "SUMMARIZER_OPTIONS": {},
+    # Enqueue summarization once the tokens after the latest snapshot exceed this (None: never).
+    "SUMMARIZE_THRESHOLD_TOKENS": 8000,
+    # Messages left unsummarized at the end of the log by compaction.
+    "SUMMARIZE_KEEP_RECENT": 20,
 }
 
 # Settings given as dotted paths and imported on first use.
-IMPORT_STRINGS: tuple[str, ...] = ()
+IMPORT_STRINGS: tuple[str, ...] = ("EMBEDDER", "SUMMARIZER")
 
 
 class MemorySettings:

@@ -51,3 +51,20 @@ def tool_turn(call_id: str = "call_1", *, result: str = "sunny", name: str = "we
             {"id": call_id, "type": "function", "function": {"name": name, "arguments": '{"city": "Oslo"}'}}]},
         {"role": "tool", "tool_call_id": call_id, "content": result},
     ]
+
+
+@pytest.fixture(scope="session")
+def _openai_server():
+    from tests.openai_server import FakeOpenAIServer
+
+    server = FakeOpenAIServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def openai_server(_openai_server):
+    """An OpenAI-compatible server on 127.0.0.1 (chat completions, embeddings), reset per test."""
+    _openai_server.reset()
+    yield _openai_server
+    _openai_server.reset()
