@@ -22,7 +22,7 @@ from django.contrib import admin, messages
 from django.contrib.admin.utils import model_ngettext, quote, unquote
 from django.core.exceptions import PermissionDenied
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
@@ -39,7 +39,7 @@ logger = logging.getLogger(__name__)
 
 
 class HasSnapshotFilter(admin.SimpleListFilter):
-    title = "has snapshot"
+    title = "snapshot"
     parameter_name = "has_snapshot"
 
     def lookups(self, request, model_admin):
@@ -55,7 +55,7 @@ class HasSnapshotFilter(admin.SimpleListFilter):
 
 
 class ExpiredFilter(admin.SimpleListFilter):
-    title = "expired"
+    title = "expiry"
     parameter_name = "expired"
 
     def lookups(self, request, model_admin):
@@ -99,8 +99,8 @@ class SessionAdmin(admin.ModelAdmin):
     transcript_page_size = 50
 
     list_display = (
-        "display_key", "display_title", "owner", "namespace", "messages", "tokens",
-        "has_snapshot", "updated_at",
+        "display_key", "display_title", "display_owner", "display_namespace", "messages", "tokens",
+        "snapshot", "updated_at",
     )
     list_display_links = ("display_key",)
     list_filter = (
@@ -117,6 +117,7 @@ class SessionAdmin(admin.ModelAdmin):
     list_select_related = ("owner",)
     list_per_page = 50
     show_full_result_count = False
+    empty_value_display = "none"
     actions = ("summarize_now", "export_json", "reembed", "clear_sessions", "delete_selected")
 
     fieldsets = (
@@ -139,8 +140,15 @@ class SessionAdmin(admin.ModelAdmin):
         js = ("memory_app/admin.js",)
 
     # -- changelist --------------------------------------------------------------------------
+    def changelist_view(self, request, extra_context=None):
+        return super().changelist_view(request, {"title": "Sessions", **(extra_context or {})})
+
     def get_queryset(self, request: HttpRequest) -> QuerySet:
-        return super().get_queryset(request).with_snapshot_flag()
+        # Both are subqueries on the (session, version) index: no extra query per row.
+        latest_version = Snapshot.objects.filter(session=OuterRef("pk")).order_by("-version")
+        return super().get_queryset(request).with_snapshot_flag().annotate(
+            snapshot_version=Subquery(latest_version.values("version")[:1])
+        )
 
     def get_search_results(self, request, queryset, search_term):
         """Every term must match the key, the title, or the text of one of the messages.
@@ -173,9 +181,20 @@ class SessionAdmin(admin.ModelAdmin):
     def tokens(self, obj: Session) -> str:
         return format_html('<span class="mem-num">{}</span>', f"{obj.token_count:,}")
 
-    @admin.display(description="snapshot", boolean=True, ordering="has_snapshot")
-    def has_snapshot(self, obj: Session) -> bool:
-        return obj.has_snapshot
+    @admin.display(description="snapshot", ordering="snapshot_version")
+    def snapshot(self, obj: Session) -> str:
+        if not obj.has_snapshot:
+            return format_html('<span class="mem-quiet" title="no snapshot">{}</span>', "—")
+        return format_html('<span class="mem-pill mem-pill-snap" title="latest snapshot">v{}</span>',
+                           obj.snapshot_version)
+
+    @admin.display(description="owner", ordering="owner__username")
+    def display_owner(self, obj: Session) -> str:
+        return str(obj.owner) if obj.owner_id else format_html('<span class="mem-quiet">{}</span>', "none")
+
+    @admin.display(description="namespace", ordering="namespace")
+    def display_namespace(self, obj: Session) -> str:
+        return format_html('<span class="mem-pill mem-pill-ns">{}</span>', obj.namespace)
 
     # -- permissions: sessions are created by agents; the log is append-only ----------------
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -263,12 +282,13 @@ class SessionAdmin(admin.ModelAdmin):
         ranges = coverage(snapshots)
         for r in ranges:
             r.link = _link(request, before=r.snapshot.upto + 1)
+        stored = memory.cursor_range()
         return {
             "transcript": transcript,
             "lineage": list(reversed(ranges)),
             "latest_snapshot": snapshots[-1] if snapshots else None,
-            "stored_range": memory.cursor_range(),
-            "coverage_bar": _coverage_bar(ranges, transcript, session.messages_saved),
+            "stored_range": stored,
+            "coverage_bar": _coverage_bar(ranges, transcript, session.messages_saved, stored),
             "pager": _pager_links(request, transcript),
             "cursor_error": cursor_error,
             "requested_after": after,
@@ -444,8 +464,9 @@ def _pager_links(request: HttpRequest, page: Page) -> dict[str, str | None]:
     }
 
 
-def _coverage_bar(ranges, page: Page, saved: int) -> dict[str, Any] | None:
-    """Positions (in % of every cursor handed out) of each snapshot's range and of this page."""
+def _coverage_bar(ranges, page: Page, saved: int, stored: tuple[int, int] | None) -> dict[str, Any] | None:
+    """Positions (in % of every cursor handed out) of each snapshot's range, of the cursors no
+    longer stored, and of this page."""
     if saved <= 0:
         return None
 
@@ -459,5 +480,7 @@ def _coverage_bar(ranges, page: Page, saved: int) -> dict[str, Any] | None:
         for r in ranges
     ]
     window = span(page.first, page.last) if page.first is not None else None
-    return {"segments": segments, "window": window, "saved": saved}
+    gone_upto = saved if stored is None else stored[0] - 1
+    gone = {**span(1, gone_upto), "upto": gone_upto} if gone_upto > 0 else None
+    return {"segments": segments, "gone": gone, "window": window, "saved": saved}
 

@@ -17,10 +17,10 @@ from .types import SnapshotView, StoredMessage
 
 #: Content longer than this (characters or lines) is folded behind a "show all" toggle.
 FOLD_CHARS = 1200
-FOLD_LINES = 18
+FOLD_LINES = 40
 #: How much of folded content stays visible.
 PREVIEW_CHARS = 480
-PREVIEW_LINES = 6
+PREVIEW_LINES = 8
 
 
 @dataclass
@@ -51,6 +51,8 @@ class ToolCall:
     id: str
     name: str
     arguments: Text
+    #: The arguments on one line, as a call would read: ``city="Oslo", days=3``.
+    signature: str = ""
     result: Entry | None = None
 
 
@@ -66,6 +68,19 @@ class Entry:
     extra: Text | None = None
     meta: Text | None = None
     kind: str = "message"
+
+    @property
+    def inline(self) -> str:
+        """The content on one line (compact JSON for JSON results), for previews."""
+        texts = []
+        for part in self.parts:
+            if part.text is None:
+                texts.append(f"[{part.label or part.kind}]")
+            elif part.text.is_json:
+                texts.append(json.dumps(json.loads(part.text.text), ensure_ascii=False))
+            else:
+                texts.append(part.text.text)
+        return " ".join(" ".join(texts).split())
 
     @property
     def cursor(self) -> int:
@@ -177,14 +192,27 @@ def content_parts(message: StoredMessage | dict) -> list[Part]:
     return parts
 
 
+def signature(arguments: str) -> str:
+    """JSON arguments as a call reads them: ``{"city": "Oslo"}`` → ``city="Oslo"``."""
+    try:
+        parsed = json.loads(arguments)
+    except ValueError:
+        return " ".join(arguments.split())
+    if not isinstance(parsed, dict):
+        return json.dumps(parsed, ensure_ascii=False)
+    return ", ".join(f"{key}={json.dumps(value, ensure_ascii=False)}" for key, value in parsed.items())
+
+
 def _tool_calls(message: StoredMessage) -> list[ToolCall]:
     calls = []
     for call in message.tool_calls or []:
         function = call.get("function") or {}
+        arguments = function.get("arguments") or ""
         calls.append(ToolCall(
             id=call.get("id", ""),
             name=function.get("name") or call.get("type", "tool"),
-            arguments=fold(function.get("arguments") or "", pretty_json=True),
+            arguments=fold(arguments, pretty_json=True),
+            signature=signature(arguments),
         ))
     return calls
 

@@ -6,3 +6,8 @@ urlpatterns = [
     path("", RedirectView.as_view(url="/admin/", permanent=False)),
     path("admin/", admin.site.urls),
 ]
+
+# ---- admin branding (demo project) ----------------------------------------------------------
+admin.site.site_header = "Conversation memory"
+admin.site.site_title = "Conversation memory"
+admin.site.index_title = "Sessions, transcripts and snapshots"

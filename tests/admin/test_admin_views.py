@@ -43,6 +43,7 @@ def test_changelist_lists_counters_and_snapshot_flag(admin_client, trip, make_se
     html = response.content.decode()
     assert "trip-norway" in html and "A week in Norway" in html and "support-bot" in html
     rows = {s.key: s for s in response.context["cl"].result_list}
+    assert rows["trip-norway"].snapshot_version == 1
     assert rows["trip-norway"].has_snapshot and not rows["plain"].has_snapshot
     assert rows["trip-norway"].message_count == 14
 

@@ -101,3 +101,10 @@ def test_multi_part_content_names_what_it_does_not_load():
 def test_coverage_gives_each_version_its_range():
     ranges = coverage([snap(2, 9), snap(1, 4)])
     assert [(r.snapshot.version, r.first, r.snapshot.upto) for r in ranges] == [(1, 1, 4), (2, 5, 9)]
+
+
+def test_calls_read_like_calls_and_results_fit_on_one_line():
+    page = arrange([call(1, "a"), result(2, "a", '{"ok": true,\n "n": 2}')], [])
+    tool_call = entries(page)[0].tool_calls[0]
+    assert tool_call.signature == "q=1"
+    assert tool_call.result.inline == '{"ok": true, "n": 2}'
