@@ -126,9 +126,22 @@ def assemble_window(
     )
 
 
-def page_size(max_messages: int | None) -> int:
-    page = memory_settings.WINDOW_PAGE_SIZE
-    if max_messages is not None:
-        # Room for a tool group straddling the limit without a second query.
-        page = min(page, max_messages + 16)
-    return max(page, 1)
+def page_sizer(max_messages: int | None, max_tokens: int | None) -> Callable[[int, int], int]:
+    """Page sizes for filling a window newest-first in as few queries as possible.
+
+    The first page is small (a window is usually short); later pages are sized from the
+    tokens per message seen so far, so a budget of a few thousand tokens takes two queries.
+    """
+    ceiling = memory_settings.WINDOW_PAGE_SIZE
+
+    def size(fetched: int, tokens: int) -> int:
+        if max_messages is not None:
+            # Room for a tool group straddling the limit without another query.
+            return min(max(max_messages - fetched, 0) + 16, ceiling)
+        if max_tokens is None or fetched == 0:
+            return min(64, ceiling)
+        per_message = max(tokens / fetched, 1.0)
+        wanted = (max_tokens - tokens) / per_message * 1.25 + 16
+        return int(min(max(wanted, 16), ceiling * 10))
+
+    return size

@@ -24,7 +24,7 @@ from django.utils.dateparse import parse_datetime
 
 from . import log
 from .conf import memory_settings
-from .context import assemble_window, page_size
+from .context import assemble_window, page_sizer
 from .exceptions import (
     InvalidCursor,
     InvalidExport,
@@ -108,7 +108,7 @@ class Memory:
         expires_at: dt.datetime | None = None,
     ) -> SessionMemory:
         """The session ``key`` of ``owner`` in ``namespace``; created when missing unless ``create=False``."""
-        namespace = namespace or memory_settings.DEFAULT_NAMESPACE
+        namespace = memory_settings.DEFAULT_NAMESPACE if namespace is None else namespace
         _validate_session_fields(key=key, namespace=namespace, title=title, metadata=metadata)
         owner_id = _owner_id(owner)
         lookup = Session.objects.for_owner(owner_id).filter(namespace=namespace, key=key)
@@ -130,7 +130,7 @@ class Memory:
     def create(key: str, *, owner=None, namespace: str | None = None, title: str = "",
                metadata: dict | None = None, expires_at: dt.datetime | None = None) -> SessionMemory:
         """A new session; raises ``SessionExists`` if the key is taken."""
-        namespace = namespace or memory_settings.DEFAULT_NAMESPACE
+        namespace = memory_settings.DEFAULT_NAMESPACE if namespace is None else namespace
         _validate_session_fields(key=key, namespace=namespace, title=title, metadata=metadata)
         try:
             with transaction.atomic(using=router.db_for_write(Session)):
@@ -301,7 +301,8 @@ class SessionMemory:
         return assemble_window(
             snapshot=snapshot,
             system_messages=system,
-            newest_first=log.newest_first(self.session.pk, after=after, page=page_size(max_messages)),
+            newest_first=log.newest_first(self.session.pk, after=after,
+                                          page_size=page_sizer(max_messages, max_tokens)),
             max_messages=max_messages,
             max_tokens=max_tokens,
             cost=cost,

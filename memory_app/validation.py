@@ -93,10 +93,11 @@ def validate_message(data: Any) -> NewMessage:
     if not isinstance(name, str) or len(name) > MAX_NAME:
         raise InvalidMessage("name", f"must be a string of at most {MAX_NAME} characters")
 
-    metadata = data.get("metadata") or {}
+    metadata = data.get("metadata")
+    metadata = {} if metadata is None else metadata
     if not isinstance(metadata, dict):
         raise InvalidMessage("metadata", "must be an object")
-    extra = data.get("extra") or None
+    extra = data.get("extra")
     if extra is not None:
         if not isinstance(extra, dict):
             raise InvalidMessage("extra", "must be an object")
@@ -112,7 +113,7 @@ def validate_message(data: Any) -> NewMessage:
 
     message = NewMessage(
         role=role, content=text, content_parts=parts, name=name, tool_calls=tool_calls,
-        tool_call_id=tool_call_id, extra=extra, metadata=metadata, remember=remember,
+        tool_call_id=tool_call_id, extra=extra or None, metadata=metadata, remember=remember,
         idempotency_key=key,
     )
     _check_size(message)

@@ -68,3 +68,23 @@ def openai_server(_openai_server):
     _openai_server.reset()
     yield _openai_server
     _openai_server.reset()
+
+
+def database_url() -> str:
+    """A DATABASE_URL for the database this test process uses (the test database), so
+    subprocesses (workers, concurrent appenders) connect to the same data."""
+    from urllib.parse import quote
+
+    from django.db import connection
+
+    s = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{s['NAME']}"
+    auth = quote(s["USER"] or "")
+    if s.get("PASSWORD"):
+        auth += ":" + quote(s["PASSWORD"])
+    host = s.get("HOST") or ""
+    if host.startswith("/"):  # a Unix socket directory
+        return f"postgresql://{auth}@/{s['NAME']}?host={quote(host)}"
+    port = f":{s['PORT']}" if s.get("PORT") else ""
+    return f"postgresql://{auth}@{host}{port}/{s['NAME']}"
