@@ -36,3 +36,19 @@ def make_session(db):
         return memory.refresh()
 
     return make
+
+
+@pytest.fixture
+def tasks():
+    """``memory_app.tasks``, run eagerly in-process so no queue is shared with anyone."""
+    from memory_app import tasks as module
+
+    missing = [n for n in ("summarize_session", "embed_session") if not hasattr(module, n)]
+    if missing:
+        pytest.skip(f"memory_app.tasks has no {', '.join(missing)} yet")
+    from project.celery import app
+
+    saved = app.conf.task_always_eager, app.conf.task_eager_propagates
+    app.conf.task_always_eager, app.conf.task_eager_propagates = True, True
+    yield module
+    app.conf.task_always_eager, app.conf.task_eager_propagates = saved

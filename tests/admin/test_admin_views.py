@@ -276,3 +276,31 @@ def test_unknown_session_is_404(admin_client):
 @pytest.mark.parametrize("name", ["summarize", "reembed"])
 def test_queue_buttons_only_post(admin_client, trip, name):
     assert admin_client.get(reverse(f"admin:memory_app_session_{name}", args=[trip.id])).status_code == 405
+
+
+# -- the queued actions (memory_app.tasks) ----------------------------------------------------
+def test_summarize_now_runs_the_summarize_task(admin_client, tasks, make_session):
+    memory = make_session("chatty", 80)
+    response = admin_client.post(reverse("admin:memory_app_session_summarize", args=[memory.id]), follow=True)
+    text = response.content.decode()
+    assert "Summarization queued for “chatty” (task " in text
+    snapshot = memory.latest_snapshot()
+    assert snapshot is not None and 1 <= snapshot.upto < 80
+
+
+def test_summarize_action_queues_one_task_per_session(admin_client, tasks, make_session):
+    one, two = make_session("one", 80), make_session("two", 80)
+    response = admin_client.post(CHANGELIST, {"action": "summarize_now",
+                                              "_selected_action": [str(one.id), str(two.id)]}, follow=True)
+    assert b"Summarization queued for 2 sessions." in response.content
+    assert one.latest_snapshot() is not None and two.latest_snapshot() is not None
+
+
+def test_reembed_runs_the_embed_task(admin_client, tasks, make_session):
+    from memory_app.models import Embedding
+
+    memory = make_session("to-embed", 6)
+    Embedding.objects.filter(session_id=memory.id).delete()
+    response = admin_client.post(reverse("admin:memory_app_session_reembed", args=[memory.id]), follow=True)
+    assert "Re-embedding queued for “to-embed” (task " in response.content.decode()
+    assert Embedding.objects.filter(session_id=memory.id).values("message").distinct().count() == 6

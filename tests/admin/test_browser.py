@@ -242,3 +242,15 @@ def test_clear_asks_for_confirmation(page, trip):
     assert "Cleared 1 session." in page.locator(".messagelist").inner_text()
     assert "This session holds no messages." in page.locator("#transcript").inner_text()
     assert trip.count() == 0
+
+
+def test_summarize_now_reports_and_adds_a_snapshot(page, tasks, make_session):
+    memory = make_session("chatty", 80, namespace="planner")
+    page.goto(session_url(memory))
+    assert "No snapshot yet" in page.locator("#snapshots").inner_text()
+    follow(page, page.get_by_role("button", name="Summarize now"))
+    assert "Summarization queued for “chatty”" in page.locator(".messagelist").inner_text()
+    snapshot = memory.latest_snapshot()
+    assert snapshot is not None
+    assert f"#1 – #{snapshot.upto}" in page.locator("#snapshot-1").inner_text()
+    assert page.locator(".mem-coverage-seg").count() == 1
