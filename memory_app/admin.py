@@ -34,6 +34,7 @@ from .exceptions import InvalidCursor, MemoryStoreError
 from .memory import SessionMemory
 from .models import Message, Session, Snapshot
 from .transcript import Page, arrange, coverage
+from .types import SnapshotView
 
 logger = logging.getLogger(__name__)
 
@@ -97,6 +98,8 @@ class SessionAdmin(admin.ModelAdmin):
 
     #: Messages per transcript page.
     transcript_page_size = 50
+    #: Snapshot versions whose summaries the session page shows (all are on the coverage bar).
+    lineage_size = 10
 
     list_display = (
         "display_key", "display_title", "display_owner", "display_namespace", "messages", "tokens",
@@ -277,18 +280,23 @@ class SessionAdmin(admin.ModelAdmin):
                 later = memory.messages(after=(page[-1].cursor if page else before - 1), limit=1)
                 next_cursor = later[0].cursor if later else None
 
-        snapshots = memory.snapshots()
-        transcript = arrange(page, snapshots, previous=previous_cursor, next=next_cursor)
-        ranges = coverage(snapshots)
-        for r in ranges:
+        # Where every snapshot's range ends (small rows, however many versions there are),
+        # and the summaries of the latest few only.
+        bounds = memory.snapshot_ranges()
+        markers = [SnapshotView(version=version, upto=upto, summary="") for version, upto in bounds]
+        transcript = arrange(page, markers, previous=previous_cursor, next=next_cursor)
+        lineage = coverage(memory.snapshots(newest=self.lineage_size) if bounds else [], bounds)
+        for r in lineage:
             r.link = _link(request, before=r.snapshot.upto + 1)
         stored = memory.cursor_range()
         return {
             "transcript": transcript,
-            "lineage": list(reversed(ranges)),
-            "latest_snapshot": snapshots[-1] if snapshots else None,
+            "lineage": list(reversed(lineage)),
+            "lineage_total": len(bounds),
+            "lineage_hidden": len(bounds) - len(lineage),
+            "latest_snapshot": markers[-1] if markers else None,
             "stored_range": stored,
-            "coverage_bar": _coverage_bar(ranges, transcript, session.messages_saved, stored),
+            "coverage_bar": _coverage_bar(coverage(markers), transcript, session.messages_saved, stored),
             "pager": _pager_links(request, transcript),
             "cursor_error": cursor_error,
             "requested_after": after,

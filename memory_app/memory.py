@@ -313,9 +313,20 @@ class SessionMemory:
     def latest_snapshot(self) -> SnapshotView | None:
         return _snapshot_view(Snapshot.objects.filter(session_id=self.session.pk).order_by("-version").first())
 
-    def snapshots(self) -> list[SnapshotView]:
-        """Every snapshot version, oldest first (the lineage)."""
-        return [_snapshot_view(s) for s in Snapshot.objects.filter(session_id=self.session.pk).order_by("version")]
+    def snapshots(self, newest: int | None = None) -> list[SnapshotView]:
+        """Every snapshot version, oldest first (the lineage); only the latest ``newest`` if given."""
+        qs = Snapshot.objects.filter(session_id=self.session.pk)
+        if newest is None:
+            return [_snapshot_view(s) for s in qs.order_by("version")]
+        latest = [_snapshot_view(s) for s in qs.order_by("-version")[:_check_cursor(newest, "newest")]]
+        latest.reverse()
+        return latest
+
+    def snapshot_ranges(self) -> list[tuple[int, int]]:
+        """``(version, upto)`` of every snapshot, oldest first: the lineage without the summaries."""
+        return list(
+            Snapshot.objects.filter(session_id=self.session.pk).order_by("version").values_list("version", "upto")
+        )
 
     def load_snapshot(self) -> tuple[SnapshotView | None, list[StoredMessage]]:
         """``(latest snapshot or None, the messages after it)``: the state a summarizer starts from."""

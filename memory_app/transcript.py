@@ -224,16 +224,24 @@ def _entry(message: StoredMessage, covered_by: int | None) -> Entry:
     )
 
 
-def coverage(snapshots: Sequence[SnapshotView]) -> list[Range]:
-    """Each snapshot version with the cursors it stands for, oldest first."""
-    ranges, floor = [], 0
-    for snapshot in sorted(snapshots, key=lambda s: s.version):
-        ranges.append(Range(
-            snapshot=snapshot, first=floor + 1, summary=fold(snapshot.summary),
+def coverage(snapshots: Sequence[SnapshotView],
+             every: Sequence[tuple[int, int]] | None = None) -> list[Range]:
+    """Each snapshot version with the cursors it stands for, oldest first.
+
+    A range starts after the previous version's ``upto``; ``every`` (``(version, upto)`` of all
+    versions) supplies it when ``snapshots`` holds only the latest few.
+    """
+    floors, previous = {}, 0
+    for version, upto in sorted(every if every is not None else [(s.version, s.upto) for s in snapshots]):
+        floors[version] = previous + 1
+        previous = upto
+    return [
+        Range(
+            snapshot=snapshot, first=floors.get(snapshot.version, 1), summary=fold(snapshot.summary),
             pinned=[Entry(message=_pinned_message(p), parts=content_parts(p)) for p in snapshot.pinned],
-        ))
-        floor = snapshot.upto
-    return ranges
+        )
+        for snapshot in sorted(snapshots, key=lambda s: s.version)
+    ]
 
 
 def _pinned_message(data: dict) -> StoredMessage:

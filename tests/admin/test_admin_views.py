@@ -304,3 +304,31 @@ def test_reembed_runs_the_embed_task(admin_client, tasks, make_session):
     response = admin_client.post(reverse("admin:memory_app_session_reembed", args=[memory.id]), follow=True)
     assert "Re-embedding queued for “to-embed” (task " in response.content.decode()
     assert Embedding.objects.filter(session_id=memory.id).values("message").distinct().count() == 6
+
+
+def test_lineage_shows_the_latest_summaries_and_every_range(admin_client, make_session):
+    memory = make_session("compacted", 150)
+    for version in range(1, 15):
+        memory.save_snapshot(f"summary number {version}", upto=version * 10, prev=version - 1 or None)
+    response = admin_client.get(change_url(memory, after=0))
+    html = response.content.decode()
+    assert [r.snapshot.version for r in response.context["lineage"]] == list(range(14, 4, -1))
+    assert "summary number 14" in html and "summary number 4<" not in html
+    assert "and 4 older versions" in html
+    # The page (cursors 1-50) still shows where versions 1-4 end, and who covers each message.
+    assert all(f'id="snapshot-end-{v}"' in html for v in (1, 2, 3, 4))
+    assert len(response.context["coverage_bar"]["segments"]) == 14
+    assert response.context["lineage"][-1].first == 41  # v5 starts after v4's upto
+
+
+def test_message_text_is_escaped(admin_client, make_session):
+    memory = make_session("hostile", 0)
+    memory.add_many([
+        {"role": "user", "content": "<script>alert('x')</script>", "name": "<b>eve</b>"},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
+            "name": "<img src=x onerror=alert(1)>", "arguments": '{"q": "<i>"}'}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "</details><script>alert(2)</script>"},
+    ])
+    html = admin_client.get(change_url(memory)).content.decode()
+    assert "<script>alert" not in html and "<img src=x" not in html and "<b>eve</b>" not in html
+    assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in html

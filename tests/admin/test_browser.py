@@ -190,6 +190,11 @@ def test_transcript_shows_tool_calls_and_the_snapshot(page, sessions):
         DOCS_IMAGE.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, DOCS_IMAGE)
 
+    page.get_by_role("button", name="Expand all").click()
+    assert page.locator(".mem-log details:not([open])").count() == 0
+    page.get_by_role("button", name="Collapse all").click()
+    assert page.locator(".mem-log details[open]").count() == 0
+
 
 def test_paging_through_a_long_transcript(page, make_session):
     memory = make_session("long-run", 260, namespace="planner")

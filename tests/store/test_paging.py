@@ -71,3 +71,14 @@ def test_async_twins_page_backwards(ten):
     page, bounds = async_to_sync(read)()
     assert [m.cursor for m in page] == [4, 5]
     assert bounds == (1, 10)
+
+
+def test_the_newest_snapshots_and_every_range(ten):
+    for version, upto in enumerate((2, 5, 7, 9), start=1):
+        ten.save_snapshot(f"summary {version}", upto=upto, prev=version - 1 or None)
+    assert [s.version for s in ten.snapshots(newest=2)] == [3, 4]
+    assert [s.version for s in ten.snapshots(newest=10)] == [1, 2, 3, 4]
+    assert [s.version for s in ten.snapshots()] == [1, 2, 3, 4]
+    assert ten.snapshot_ranges() == [(1, 2), (2, 5), (3, 7), (4, 9)]
+    with pytest.raises(InvalidCursor):
+        ten.snapshots(newest=-1)
