@@ -473,6 +473,39 @@ class SessionMemory:
     def delete(self) -> None:
         Session.objects.filter(pk=self.session.pk).delete()
 
+    # -- undoing the newest message (used by the OpenAI Agents SDK's ``pop_item``) --------------
+    def pop_last(self) -> StoredMessage | None:
+        """Delete the newest message and return it; ``None`` when the log is empty.
+
+        The log stays append-only in the sense that matters: the popped cursor is never handed
+        out again (``next_seq`` does not move back), so a reader holding it sees a gap, never a
+        different message. Counters are kept exact under concurrent appends (row lock).
+        """
+        with transaction.atomic(using=router.db_for_write(Message)):
+            try:
+                session = Session.objects.select_for_update().get(pk=self.session.pk)
+            except Session.DoesNotExist:
+                raise SessionNotFound(f"session {self.session.pk} was deleted") from None
+            newest = log.rows(Message.objects.filter(session=session).order_by("-seq")[:1])
+            if not newest:
+                return None
+            popped = newest[0]
+            Message.objects.filter(session=session, seq=popped.cursor).delete()
+            snapshot_upto = (
+                Snapshot.objects.filter(session=session).order_by("-version")
+                .values_list("upto", flat=True).first()
+            ) or 0
+            since = session.tokens_since_snapshot
+            if popped.cursor > snapshot_upto:
+                since = max(0, since - popped.tokens)
+            Session.objects.filter(pk=session.pk).update(
+                message_count=session.message_count - 1,
+                token_count=session.token_count - popped.tokens,
+                tokens_since_snapshot=since,
+                updated_at=timezone.now(),
+            )
+        return popped
+
     # -- export -------------------------------------------------------------------------------
     def export(self) -> dict[str, Any]:
         """The whole session as JSON-serialisable data; ``Memory.import_session`` restores it."""
@@ -550,6 +583,9 @@ class SessionMemory:
 
     async def aexport(self) -> dict[str, Any]:
         return await sync_to_async(self.export)()
+
+    async def apop_last(self) -> StoredMessage | None:
+        return await sync_to_async(self.pop_last)()
 
 
 def _prunable(session: Session, upto: int):
