@@ -280,6 +280,10 @@ class SessionAdmin(admin.ModelAdmin):
                 later = memory.messages(after=(page[-1].cursor if page else before - 1), limit=1)
                 next_cursor = later[0].cursor if later else None
 
+        if not page:
+            # Past either end of the log: the page offers the way back to the newest instead.
+            previous_cursor = next_cursor = None
+
         # Where every snapshot's range ends (small rows, however many versions there are),
         # and the summaries of the latest few only.
         bounds = memory.snapshot_ranges()

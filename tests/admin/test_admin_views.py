@@ -134,8 +134,10 @@ def test_a_bad_cursor_is_reported_and_the_newest_page_shown(admin_client, make_s
     assert response.status_code == 200
     assert "must be a cursor" in response.content.decode()
     assert cursors_on(response) == [1, 2, 3, 4, 5]
-    beyond = admin_client.get(change_url(memory, after=99))
-    assert cursors_on(beyond) == [] and "Go to the newest" in beyond.content.decode()
+    for params in ({"after": 99}, {"before": 1}):
+        beyond = admin_client.get(change_url(memory, **params))
+        assert cursors_on(beyond) == [] and "Go to the newest" in beyond.content.decode()
+        assert set(beyond.context["pager"].values()) == {None}
 
 
 def test_transcript_page_query_count_does_not_grow_with_the_session(
