@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
 from django.db import IntegrityError, router, transaction
-from django.db.models import Sum
+from django.db.models import Max, Min, Sum
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -247,16 +247,27 @@ class SessionMemory:
         return log.append(self.session.pk, validate_messages(list(messages)))
 
     # -- reading ------------------------------------------------------------------------------
-    def messages(self, after: int | None = None, limit: int | None = None) -> list[StoredMessage]:
-        """Messages with cursor greater than ``after``, oldest first, at most ``limit``."""
+    def messages(self, after: int | None = None, limit: int | None = None, *,
+                 before: int | None = None) -> list[StoredMessage]:
+        """Messages with cursor greater than ``after`` (and less than ``before``), oldest first.
+
+        ``limit`` keeps the first ones after ``after``; when only ``before`` is given it keeps
+        the last ones before ``before`` instead, which is how a reader pages backwards.
+        """
         qs = Message.objects.filter(session_id=self.session.pk)
         if after is not None:
             qs = qs.filter(seq__gt=_check_cursor(after, "after"))
-        qs = qs.order_by("seq")
+        if before is not None:
+            qs = qs.filter(seq__lt=_check_cursor(before, "before"))
+        backwards = before is not None and after is None and limit is not None
+        qs = qs.order_by("-seq" if backwards else "seq")
         if limit is not None:
             limit = _check_cursor(limit, "limit")
             qs = qs[:limit]
-        return log.rows(qs)
+        found = log.rows(qs)
+        if backwards:
+            found.reverse()
+        return found
 
     def last(self, n: int) -> list[StoredMessage]:
         """The newest ``n`` messages, oldest first."""
@@ -264,6 +275,18 @@ class SessionMemory:
         newest = log.rows(Message.objects.filter(session_id=self.session.pk).order_by("-seq")[:n])
         newest.reverse()
         return newest
+
+    def cursor_range(self) -> tuple[int, int] | None:
+        """``(first, last)`` cursor of the messages stored now, or ``None`` when there are none.
+
+        Two index lookups (min and max of the session's cursors), whatever the session's size.
+        """
+        bounds = Message.objects.filter(session_id=self.session.pk).aggregate(
+            first=Min("seq"), last=Max("seq")
+        )
+        if bounds["first"] is None:
+            return None
+        return bounds["first"], bounds["last"]
 
     def count(self) -> int:
         """Messages stored now (the stored counter: no scan)."""
@@ -316,9 +339,20 @@ class SessionMemory:
     def latest_snapshot(self) -> SnapshotView | None:
         return _snapshot_view(Snapshot.objects.filter(session_id=self.session.pk).order_by("-version").first())
 
-    def snapshots(self) -> list[SnapshotView]:
-        """Every snapshot version, oldest first (the lineage)."""
-        return [_snapshot_view(s) for s in Snapshot.objects.filter(session_id=self.session.pk).order_by("version")]
+    def snapshots(self, newest: int | None = None) -> list[SnapshotView]:
+        """Every snapshot version, oldest first (the lineage); only the latest ``newest`` if given."""
+        qs = Snapshot.objects.filter(session_id=self.session.pk)
+        if newest is None:
+            return [_snapshot_view(s) for s in qs.order_by("version")]
+        latest = [_snapshot_view(s) for s in qs.order_by("-version")[:_check_cursor(newest, "newest")]]
+        latest.reverse()
+        return latest
+
+    def snapshot_ranges(self) -> list[tuple[int, int]]:
+        """``(version, upto)`` of every snapshot, oldest first: the lineage without the summaries."""
+        return list(
+            Snapshot.objects.filter(session_id=self.session.pk).order_by("version").values_list("version", "upto")
+        )
 
     def load_snapshot(self) -> tuple[SnapshotView | None, list[StoredMessage]]:
         """``(latest snapshot or None, the messages after it)``: the state a summarizer starts from."""
@@ -577,11 +611,15 @@ class SessionMemory:
     async def aadd_many(self, messages: Iterable[dict[str, Any]]) -> list[StoredMessage]:
         return await sync_to_async(self.add_many)(list(messages))
 
-    async def amessages(self, after: int | None = None, limit: int | None = None) -> list[StoredMessage]:
-        return await sync_to_async(self.messages)(after, limit)
+    async def amessages(self, after: int | None = None, limit: int | None = None, *,
+                        before: int | None = None) -> list[StoredMessage]:
+        return await sync_to_async(self.messages)(after, limit, before=before)
 
     async def alast(self, n: int) -> list[StoredMessage]:
         return await sync_to_async(self.last)(n)
+
+    async def acursor_range(self) -> tuple[int, int] | None:
+        return await sync_to_async(self.cursor_range)()
 
     async def acount(self) -> int:
         return await sync_to_async(self.count)()

@@ -14,3 +14,8 @@ urlpatterns += [
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
 ]
+
+# ---- admin branding (demo project) ----------------------------------------------------------
+admin.site.site_header = "Conversation memory"
+admin.site.site_title = "Conversation memory"
+admin.site.index_title = "Sessions, transcripts and snapshots"
