@@ -8,3 +8,9 @@ class MemoryAppConfig(AppConfig):
 
     def ready(self) -> None:
         from . import checks  # noqa: F401  (registers the system checks)
+
+        # Recall: promote important messages and embed new ones after each append commits.
+        from .search import on_messages_appended
+        from .signals import messages_appended
+
+        messages_appended.connect(on_messages_appended, dispatch_uid="memory_app.search.on_messages_appended")
