@@ -43,7 +43,6 @@ import re
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from django.db import DatabaseError, connections, router, transaction
@@ -297,14 +296,14 @@ def on_messages_appended(sender, session_id, messages: list[StoredMessage], **kw
     embed_all = memory_settings.EMBED_ON_APPEND
     cursors = [m.cursor for m in messages if (embed_all or m.remember) and hook.for_message(m)]
     if cursors:
-        transaction.on_commit(partial(_enqueue_embedding, str(session_id), cursors), using=using,
-                              robust=True)
+        session_key = str(session_id)
 
+        def enqueue_embedding() -> None:
+            from .tasks import embed_messages as task
 
-def _enqueue_embedding(session_id: str, cursors: list[int]) -> None:
-    from .tasks import embed_messages as task
+            task.delay(session_key, cursors)
 
-    task.delay(session_id, cursors)
+        transaction.on_commit(enqueue_embedding, using=using, robust=True)
 
 
 # ================================================================================================

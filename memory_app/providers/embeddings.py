@@ -207,7 +207,10 @@ class SentenceTransformerEmbedder(Embedder):
 
     @property
     def dimensions(self) -> int:  # type: ignore[override]
-        return int(self.model.get_sentence_embedding_dimension())
+        model = self.model
+        # get_embedding_dimension is the newer name (sentence-transformers 5+).
+        getter = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+        return int(getter())
 
     def _embed_batch(self, texts: list[str]) -> list[list[float]]:
         vectors = self.model.encode(texts, batch_size=self.batch_size, convert_to_numpy=True,
@@ -249,8 +252,10 @@ class OpenAIEmbedder(Embedder):
         self.name = name or (f"{model}@{dimensions}" if dimensions else model)
         self.batch_size = batch_size
         self.max_input_chars = max_input_chars
-        self.client_options = {"base_url": base_url, "api_key": api_key, "timeout": timeout,
-                               "max_retries": max_retries}
+        given = {"base_url": base_url, "api_key": api_key, "timeout": timeout,
+                 "max_retries": max_retries}
+        # Only what is given here: a None must not mask MEMORY_APP["OPENAI"].
+        self.client_options = {k: v for k, v in given.items() if v is not None}
         self._client = None
 
     @property

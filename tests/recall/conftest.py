@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -83,12 +84,34 @@ def database_url_for_subprocess() -> str:
     return f"postgres://{auth}{host}{port}/{s['NAME']}"
 
 
+def _drop_connections(app) -> None:
+    # Forget (without closing: kombu's global pool registry may share them) the pools made
+    # for the previous broker, so the next publish connects to the configured one.
+    app._pool = None
+    app.amqp._producer_pool = None
+
+
+@contextlib.contextmanager
+def celery_publishing_to(broker: str, **conf):
+    """Make this process's Celery app publish to ``broker`` (not run tasks eagerly) for a while."""
+    from celery import current_app
+
+    app = current_app._get_current_object()
+    values = {"broker_url": broker, "task_always_eager": False, **conf}
+    saved = {k: app.conf[k] for k in values}
+    _drop_connections(app)  # pools made for the old broker would be reused otherwise
+    app.conf.update(values)
+    try:
+        yield app
+    finally:
+        _drop_connections(app)
+        app.conf.update(saved)
+
+
 @pytest.fixture
 def celery_worker_process(transactional_db):
     """Start ``celery -A project worker`` on Redis with a queue unique to this test, and point
     this process's Celery app at it. Yields the queue name; the worker is stopped at the end."""
-    from celery import current_app
-
     broker = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
     queue = f"memory-test-{uuid.uuid4().hex}"
     env = {**os.environ, "CELERY_BROKER_URL": broker, "CELERY_TASK_DEFAULT_QUEUE": queue,
@@ -99,12 +122,12 @@ def celery_worker_process(transactional_db):
          "--loglevel=INFO"],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
-    app = current_app._get_current_object()
-    saved = {k: app.conf[k] for k in ("broker_url", "task_always_eager", "task_default_queue")}
-    app.conf.update(broker_url=broker, task_always_eager=False, task_default_queue=queue)
     try:
-        _wait_for_worker(app, queue, proc)
-        yield queue
+        with celery_publishing_to(broker, task_default_queue=queue) as app:
+            _wait_for_worker(app, queue, proc)
+            yield queue
+            with app.connection_for_write() as conn:
+                conn.default_channel.queue_delete(queue)
     finally:
         proc.terminate()
         try:
@@ -112,11 +135,6 @@ def celery_worker_process(transactional_db):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-        app.conf.update(saved)
-        app.pool.force_close_all()
-        app._pool = None
-        with app.connection_for_write(broker) as conn:
-            conn.default_channel.queue_delete(queue)
 
 
 def _wait_for_worker(app, queue, proc, timeout=60.0):
