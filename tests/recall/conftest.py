@@ -77,7 +77,8 @@ def database_url_for_subprocess() -> str:
     user = urllib.parse.quote(s.get("USER") or "")
     password = urllib.parse.quote(s.get("PASSWORD") or "")
     auth = f"{user}:{password}@" if password else (f"{user}@" if user else "")
-    host = s.get("HOST") or ""
+    # The embedded server's URI gives its socket folder as a "host" option.
+    host = s.get("HOST") or (s.get("OPTIONS") or {}).get("host") or ""
     # A Unix socket folder is given percent-encoded in the host part.
     host = urllib.parse.quote(host, safe="") if host.startswith("/") else host
     port = f":{s['PORT']}" if s.get("PORT") else ""
@@ -109,18 +110,19 @@ def celery_publishing_to(broker: str, **conf):
 
 
 @pytest.fixture
-def celery_worker_process(transactional_db):
+def celery_worker_process(transactional_db, tmp_path):
     """Start ``celery -A project worker`` on Redis with a queue unique to this test, and point
     this process's Celery app at it. Yields the queue name; the worker is stopped at the end."""
     broker = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
     queue = f"memory-test-{uuid.uuid4().hex}"
     env = {**os.environ, "CELERY_BROKER_URL": broker, "CELERY_TASK_DEFAULT_QUEUE": queue,
            "DATABASE_URL": database_url_for_subprocess(), "PYTHONPATH": str(ROOT)}
+    log = open(tmp_path / "worker.log", "w+")  # noqa: SIM115 (closed below)
     proc = subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "project", "worker", "--pool=solo", "-Q", queue,
          "--without-heartbeat", "--without-gossip", "--without-mingle", "-n", f"{queue}@%h",
          "--loglevel=INFO"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, text=True,
     )
     try:
         with celery_publishing_to(broker, task_default_queue=queue) as app:
@@ -135,13 +137,16 @@ def celery_worker_process(transactional_db):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        log.seek(0)
+        print("---- celery worker log ----\n" + log.read())  # shown when the test fails
+        log.close()
 
 
 def _wait_for_worker(app, queue, proc, timeout=60.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"celery worker exited early:\n{proc.stdout.read()}")
+            raise RuntimeError("celery worker exited early (see its log below)")
         replies = app.control.ping(destination=[f"{queue}@{os.uname().nodename}"], timeout=1.0)
         if replies:
             return

@@ -9,7 +9,6 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 from memory_app.models import Embedding
-from memory_app.tasks import embed_messages
 from memory_app.providers import embeddings
 from memory_app.providers.embeddings import (
     EmbedderError,
@@ -19,6 +18,7 @@ from memory_app.providers.embeddings import (
     TransientEmbedderError,
     get_embedder,
 )
+from memory_app.tasks import embed_messages
 
 
 def cosine(a, b):

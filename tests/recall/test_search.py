@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from asgiref.sync import sync_to_async
+from django.db import connections
 
 from memory_app import Memory
 from memory_app.search import InvalidSearch, SearchResult, reciprocal_rank_fusion
@@ -136,6 +138,8 @@ def test_async_twins(user):
         await mem.aadd({"role": "user", "content": "the kettle whistles at dawn"})
         found = await mem.asearch("kettle whistles", limit=2)
         window = await mem.acontext("kettle", max_tokens=200)
+        # The thread sync_to_async ran in holds its own connection: close it.
+        await sync_to_async(connections.close_all)()
         return found, window
 
     found, window = asyncio.run(scenario())
