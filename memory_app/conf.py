@@ -52,7 +52,7 @@ DEFAULTS: dict[str, Any] = {
     "RRF_K": 60,
     # Candidates each ranking contributes to a hybrid search (at least `limit`).
     "HYBRID_CANDIDATES": 50,
-    # Full-text matching: "any" query word (ranked by ts_rank_cd) or "all" of them
+    # Full-text matching: "any" query word (ranked by ts_rank) or "all" of them
     # (websearch_to_tsquery as is). Natural-language questions need "any".
     "FULLTEXT_MATCH": "any",
     # Owner-scope vector search through HNSW: candidate list size (hnsw.ef_search) and the most

@@ -86,7 +86,7 @@ class InvalidSearch(MemoryStoreError, ValueError):
 class SearchResult:
     """One message found by ``search()``.
 
-    ``score`` is higher for better matches: cosine similarity for ``vector``, ``ts_rank_cd``
+    ``score`` is higher for better matches: cosine similarity for ``vector``, ``ts_rank``
     (or shared words, off PostgreSQL) for ``fulltext``, the fused reciprocal-rank score for
     ``hybrid``. ``ranks`` gives the message's 1-based rank in each ranking that found it.
     """
@@ -512,12 +512,13 @@ def _fulltext_ranking(session: Session, query: str, limit: int, scope: str, role
         params.append(list(roles))
     any_word = memory_settings.FULLTEXT_MATCH == "any"
     # "any": OR the words websearch_to_tsquery ANDs (quoted phrases stay phrases); queries with
-    # a negation keep websearch's meaning.
+    # a negation keep websearch's meaning. ts_rank without length normalisation ranks messages
+    # matching more (and more often repeated) query words first.
     sql = (
         f"WITH parsed AS (SELECT websearch_to_tsquery({config}::regconfig, %s) AS q), "
         f"tsq AS (SELECT CASE WHEN %s AND strpos(q::text, '!') = 0 "
         f"THEN replace(q::text, ' & ', ' | ')::tsquery ELSE q END AS q FROM parsed) "
-        f"SELECT m.id, m.session_id, ts_rank_cd({document}, tsq.q, 1) AS rank "
+        f"SELECT m.id, m.session_id, ts_rank({document}, tsq.q) AS rank "
         f"FROM {msg} m {join} CROSS JOIN tsq "
         f"WHERE {document} @@ tsq.q AND {' AND '.join(where)} "
         f"ORDER BY rank DESC, m.id DESC LIMIT %s"

@@ -110,3 +110,27 @@ def test_iterative_scan_fills_the_limit_under_a_selective_filter(
     assert {r.session_id for r in results} == {mine.id}
     assert all(r.message.id in set(Message.objects.filter(session=mine.session).values_list("id", flat=True))
                for r in results)
+
+
+def test_fulltext_search_uses_the_gin_index(garden_chat, memory_settings_override,
+                                            django_capture_on_commit_callbacks):
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT indexdef FROM pg_indexes WHERE indexname = 'memory_message_content_fts'")
+        (indexdef,) = cursor.fetchone()
+    assert "USING gin (to_tsvector('english'::regconfig, content))" in indexdef
+    memory_settings_override(EMBED_ON_APPEND=False, IMPORTANCE_THRESHOLD=None)
+    rnd = random.Random(3)
+    for _ in range(3):
+        garden_chat.add_many([{"role": "user", "content": " ".join(rnd.choices(WORDS, k=8))}
+                              for _ in range(1000)])
+    with connection.cursor() as cursor:
+        cursor.execute(f"ANALYZE {Message._meta.db_table}")
+    for scope in ("session", "owner"):
+        with CaptureQueriesContext(connection) as captured:
+            found = garden_chat.search("mushroom risotto", scope=scope, mode="fulltext")
+        assert [r.cursor for r in found] == [5]
+        (sql,) = [q["sql"] for q in captured.captured_queries if "websearch_to_tsquery" in q["sql"]]
+        with connection.cursor() as cursor:
+            cursor.execute("EXPLAIN " + sql)
+            plan = "\n".join(r[0] for r in cursor.fetchall())
+        assert "Bitmap Index Scan on memory_message_content_fts" in plan, plan
