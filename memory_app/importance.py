@@ -51,8 +51,10 @@ class KeywordImportanceScorer:
         (r"\bmy name is\b|\bcall me\b", 1.0),
         (r"\bi(?: a|')m allergic\b|\ballerg(?:y|ies|ic)\b", 1.0),
         (r"\bmy (?:birthday|email|address|phone|wife|husband|partner|son|daughter)\b", 0.6),
-        (r"\bi (?:always|never)\b|\balways\b|\bnever\b", 0.5),
-        (r"\bi (?:prefer|like|love|hate|dislike|can'?t stand)\b|\bprefer(?:ence|red)?\b", 0.5),
+        (r"\bi (?:always|never)\b", 0.5),
+        (r"(?<!\bi )\b(?:always|never)\b", 0.3),
+        (r"\bprefer(?:s|red|ence|ences)?\b", 0.5),
+        (r"\bi (?:like|love|hate|dislike|can'?t stand)\b", 0.3),
         (r"\bfrom now on\b|\bgoing forward\b|\bin (?:the )?future\b", 0.5),
         (r"\bimportant\b|\bkeep in mind\b|\bnote that\b", 0.4),
     )

@@ -179,7 +179,7 @@ _EMBED_FIELDS = ("id", "session_id", "session__owner_id", "seq", "role", "conten
 
 def _pending(model_name: str, *, session_ids: Sequence | None = None,
              cursors: Sequence[int] | None = None, replace: bool = False):
-    qs = Message.objects.all()
+    qs = Message.objects.exclude(content="")  # nothing to embed (e.g. a bare tool call)
     if session_ids is not None:
         qs = qs.filter(session_id__in=list(session_ids))
     if cursors is not None:
@@ -205,7 +205,8 @@ def embed_messages(
     limit: int | None = None,
     progress: Callable[[int], Any] | None = None,
 ) -> int:
-    """Embed the messages that have no vector from ``embedder`` yet; returns how many were stored.
+    """Embed the messages that have no vector from ``embedder`` yet; returns how many vectors
+    were written (a concurrent run embedding the same messages may have written some first).
 
     ``session_ids`` / ``cursors`` narrow the messages (cursors only make sense with one
     session). ``replace`` re-embeds messages that already have a vector (each batch's old
