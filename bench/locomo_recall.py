@@ -213,7 +213,8 @@ def render(scores, modes, conversations, n_turns, n_questions, embed_seconds, se
         f"{n_turns} turns stored one message per turn, {n_questions} questions of categories 1-4. "
         "Each question searches its own conversation (session scope). recall@k: share of a "
         "question's evidence turns in the top k, averaged; hit@k: share of questions with at "
-        "least one evidence turn in the top k.",
+        "least one evidence turn in the top k. Median search time includes embedding the query "
+        "(CPU, indicative only).",
         "",
         "| mode | what | recall@5 | recall@10 | hit@5 | hit@10 | median search |",
         "|---|---|---:|---:|---:|---:|---:|",
