@@ -9,6 +9,11 @@ class MemoryAppConfig(AppConfig):
     def ready(self) -> None:
         from . import checks  # noqa: F401  (registers the system checks)
 
+        # Summarize sessions that go over the token threshold after an append.
+        from .compaction import connect_signals
+
+        connect_signals()
+
         # Recall: promote important messages and embed new ones after each append commits.
         from .search import on_messages_appended
         from .signals import messages_appended

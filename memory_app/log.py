@@ -9,7 +9,7 @@ transaction. A failed statement rolls both back, so a cursor is never skipped.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from django.db import IntegrityError, connections, router, transaction
 from django.db.models import F
@@ -171,15 +171,25 @@ def _insert_generic(session_id, messages, tokens) -> list[StoredMessage]:
         return rows(Message.objects.filter(session_id=session_id, seq__gte=first).order_by("seq"))
 
 
-def newest_first(session_id, *, after: int, page: int) -> Iterator[StoredMessage]:
-    """Messages with cursor > ``after``, newest first, fetched ``page`` at a time (index scans)."""
+def newest_first(
+    session_id, *, after: int, page_size: Callable[[int, int], int]
+) -> Iterator[StoredMessage]:
+    """Messages with cursor > ``after``, newest first, fetched a page at a time (index scans).
+
+    ``page_size(rows_so_far, tokens_so_far)`` sizes each page, so a caller filling a token
+    budget can ask for about as many rows as it still needs.
+    """
     before = None
+    fetched = tokens = 0
     while True:
+        size = max(1, page_size(fetched, tokens))
         qs = Message.objects.filter(session_id=session_id, seq__gt=after)
         if before is not None:
             qs = qs.filter(seq__lt=before)
-        chunk = rows(qs.order_by("-seq")[:page])
+        chunk = rows(qs.order_by("-seq")[:size])
         yield from chunk
-        if len(chunk) < page:
+        if len(chunk) < size:
             return
         before = chunk[-1].cursor
+        fetched += len(chunk)
+        tokens += sum(m.tokens for m in chunk)
