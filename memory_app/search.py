@@ -302,7 +302,12 @@ def on_messages_appended(sender, session_id, messages: list[StoredMessage], **kw
         def enqueue_embedding() -> None:
             from .tasks import embed_messages as task
 
-            task.delay(session_key, cursors)
+            if task.app.conf.task_always_eager:
+                # Same run as delay() without a broker, minus delay()'s process-wide "join would
+                # block" flag, which appends in concurrent threads can leave set for good.
+                task.apply(args=(session_key, cursors))
+            else:
+                task.delay(session_key, cursors)
 
         transaction.on_commit(enqueue_embedding, using=using, robust=True)
 
