@@ -13,3 +13,9 @@ class MemoryAppConfig(AppConfig):
         from .compaction import connect_signals
 
         connect_signals()
+
+        # Recall: promote important messages and embed new ones after each append commits.
+        from .search import on_messages_appended
+        from .signals import messages_appended
+
+        messages_appended.connect(on_messages_appended, dispatch_uid="memory_app.search.on_messages_appended")

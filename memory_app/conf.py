@@ -44,6 +44,36 @@ DEFAULTS: dict[str, Any] = {
     "EMBEDDER_OPTIONS": {},
     # Embed new messages in a background task after each append commits.
     "EMBED_ON_APPEND": True,
+    # Messages read and embedded per step by the embedding tasks and `memory_embed`.
+    "EMBED_BATCH_SIZE": 256,
+    # Default mode of search(): "hybrid" (vector + full-text), "vector" or "fulltext".
+    "SEARCH_MODE": "hybrid",
+    # Reciprocal rank fusion constant: a result's hybrid score is sum(1 / (k + rank)).
+    "RRF_K": 60,
+    # Candidates each ranking contributes to a hybrid search (at least `limit`).
+    "HYBRID_CANDIDATES": 50,
+    # Full-text matching: "any" query word (ranked by ts_rank) or "all" of them
+    # (websearch_to_tsquery as is). Natural-language questions need "any".
+    "FULLTEXT_MATCH": "any",
+    # Owner-scope vector search through HNSW: candidate list size (hnsw.ef_search) and the most
+    # index tuples an iterative scan may visit to fill `limit` under a filter
+    # (hnsw.max_scan_tuples).
+    "HNSW_EF_SEARCH": 100,
+    "HNSW_MAX_SCAN_TUPLES": 20000,
+    # Build parameters of the per-model HNSW indexes (pgvector's m and ef_construction).
+    "HNSW_M": 16,
+    "HNSW_EF_CONSTRUCTION": 64,
+    # Roles context() recalls from (system prompts of other sessions are not facts).
+    "RECALL_ROLES": ["user", "assistant"],
+    # Share of context()'s max_tokens the recalled-messages block may use.
+    "RECALL_TOKEN_SHARE": 0.25,
+    # Importance: class (dotted path) with score(message) -> float; messages scoring at least
+    # IMPORTANCE_THRESHOLD are remembered (embedded at once, never pruned). None: no scoring.
+    "IMPORTANCE_SCORER": "memory_app.importance.KeywordImportanceScorer",
+    "IMPORTANCE_THRESHOLD": 0.5,
+    # Class (dotted path) with for_query(text) and for_message(message) -> bool: skip recall
+    # (searching, embedding) for what does not need it.
+    "SHOULD_RECALL": "memory_app.importance.DefaultShouldRecall",
 
     # ---- summarization (compaction) --------------------------------------------------------
     # Dotted path of the summarizer class (see memory_app/providers/summarizers.py).

@@ -43,6 +43,9 @@ from .validation import unstorable, validate_message, validate_messages
 if TYPE_CHECKING:
     from .providers.summarizers import Summarizer
 
+if TYPE_CHECKING:
+    from .search import RecallWindow, SearchResult
+
 EXPORT_FORMAT = "memory_app.session"
 EXPORT_VERSION = 1
 #: The largest cursor (PostgreSQL's bigint).
@@ -334,6 +337,59 @@ class SessionMemory:
             cost=cost,
             cost_of_dict=lambda d: count_message(d, encoding),
         )
+
+    # -- recall (memory_app.search) -----------------------------------------------------------
+    def search(self, query: str, limit: int = 5, *, scope: str = "session",
+               roles: Iterable[str] | None = None, mode: str | None = None) -> list[SearchResult]:
+        """Messages matching ``query``, best first, with score, cursor and session id.
+
+        ``scope``: ``"session"`` (this session, exact) or ``"owner"`` (every session of this
+        session's owner, through the HNSW index). ``mode``: ``"hybrid"`` (default setting
+        ``SEARCH_MODE``; vector and full-text fused by reciprocal rank fusion), ``"vector"`` or
+        ``"fulltext"``. ``roles`` keeps only messages of those roles. Bad arguments raise
+        ``InvalidSearch``.
+        """
+        from .search import search
+
+        return search(self.session, query, limit=limit, scope=scope, roles=roles, mode=mode)
+
+    def context(self, query: str | None, max_tokens: int | None = None, recall_k: int = 5, *,
+                max_messages: int | None = None, model: str | None = None,
+                scope: str = "session", mode: str | None = None,
+                roles: Iterable[str] | None = None) -> RecallWindow:
+        """``window()`` plus up to ``recall_k`` older messages relevant to ``query``.
+
+        The recalled messages (not already in the window, deduplicated) come in ONE system
+        message labelled as untrusted reference data, never as instructions; everything fits
+        ``max_tokens``. See ``memory_app.search.recall_context``.
+        """
+        from .search import recall_context
+
+        if max_tokens is not None:
+            max_tokens = _check_cursor(max_tokens, "max_tokens")
+        return recall_context(self, query, max_tokens=max_tokens, recall_k=recall_k,
+                              max_messages=max_messages, model=model, scope=scope, mode=mode,
+                              roles=roles)
+
+    def embed(self, *, reembed: bool = False, cursors: Iterable[int] | None = None) -> int:
+        """Embed this session's messages that have no vector from the configured embedder yet
+        (all of them again with ``reembed``; only ``cursors`` when given). Returns how many
+        vectors were stored. Usually run by the ``embed_messages`` / ``embed_session`` tasks."""
+        from .search import embed_messages
+
+        if cursors is not None:
+            cursors = [_check_cursor(c) for c in cursors]
+        return embed_messages(session_ids=[self.session.pk], cursors=cursors, replace=reembed)
+
+    async def asearch(self, query: str, limit: int = 5, **kwargs: Any) -> list[SearchResult]:
+        return await sync_to_async(self.search)(query, limit, **kwargs)
+
+    async def acontext(self, query: str | None, max_tokens: int | None = None, recall_k: int = 5,
+                       **kwargs: Any) -> RecallWindow:
+        return await sync_to_async(self.context)(query, max_tokens, recall_k, **kwargs)
+
+    async def aembed(self, **kwargs: Any) -> int:
+        return await sync_to_async(self.embed)(**kwargs)
 
     # -- snapshots ----------------------------------------------------------------------------
     def latest_snapshot(self) -> SnapshotView | None:

@@ -1,0 +1,241 @@
+"""Recall@k of memory_app's search modes on the LoCoMo long-conversation benchmark.
+
+    python bench/locomo_recall.py                      # data in bench/data/locomo
+    python bench/locomo_recall.py --data path/to/locomo --out bench/results/locomo.md
+
+LoCoMo ("Evaluating Very Long-Term Conversational Memory of LLM Agents", Maharana et al., ACL
+2024; download the data set from its authors) holds long two-person conversations and questions
+whose ``evidence`` names the turns (``dia_id``) that answer them. Each conversation is stored as
+one session, one message per turn (the first speaker as ``user``, the other as ``assistant``;
+content ``"<speaker>: <text>"`` plus the caption of a shared photo, ``dia_id`` in the message
+metadata). For every question of categories 1-4 (multi-hop, temporal, open-domain, single-hop;
+5 is adversarial and has no evidence) the session is searched with the question as query:
+
+- recall@k: the share of the question's evidence turns among the top k, averaged over questions;
+- hit@k: the share of questions with at least one evidence turn in the top k.
+
+Modes: ``lexical`` (vector search with the LexicalEmbedder), ``fulltext`` (PostgreSQL full-text),
+``vector`` (all-MiniLM-L6-v2, the packaged local model), ``hybrid`` (MiniLM vector + full-text,
+reciprocal rank fusion) and ``hybrid-lexical`` (lexical vector + full-text). Session scope (an
+exact scan), like an agent recalling from its current conversation. The sessions are created
+under a throw-away namespace and deleted at the end (``--keep`` keeps them).
+
+Runs against the project's database (``DATABASE_URL``, or the embedded PostgreSQL).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import sys
+import time
+import uuid
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
+LEXICAL = "memory_app.providers.embeddings.LexicalEmbedder"
+MINILM = "memory_app.providers.embeddings.SentenceTransformerEmbedder"
+# name: (embedder, search mode)
+MODES = {
+    "lexical": (LEXICAL, "vector"),
+    "fulltext": (LEXICAL, "fulltext"),
+    "vector": (MINILM, "vector"),
+    "hybrid": (MINILM, "hybrid"),
+    "hybrid-lexical": (LEXICAL, "hybrid"),
+}
+KS = (5, 10)
+DIA_ID = re.compile(r"D\d+:\d+")
+
+
+def load_conversation(path: Path) -> tuple[str, list[dict], list[dict]]:
+    """``(sample id, turns in order, questions with evidence)`` of one LoCoMo file."""
+    data = json.loads(path.read_text())
+    conversation = data.get("conversation", data)  # the original release nests it
+    speaker_a = conversation["speaker_a"]
+    numbers = sorted(int(k.split("_")[1]) for k in conversation
+                     if re.fullmatch(r"session_\d+", k) and isinstance(conversation[k], list))
+    turns = []
+    for n in numbers:
+        for turn in conversation[f"session_{n}"]:
+            text = f"{turn['speaker']}: {turn['text']}"
+            if turn.get("blip_caption"):
+                text += f" [shares {turn['blip_caption']}]"
+            turns.append({
+                "role": "user" if turn["speaker"] == speaker_a else "assistant",
+                "content": text,
+                "metadata": {"dia_id": turn["dia_id"], "speaker": turn["speaker"],
+                             "session_date": conversation.get(f"session_{n}_date_time", "")},
+            })
+    known = {t["metadata"]["dia_id"] for t in turns}
+    questions = []
+    for qa in data["qa"]:
+        if qa.get("category") not in CATEGORIES:
+            continue
+        evidence = {e for item in qa.get("evidence") or [] for e in DIA_ID.findall(str(item))} & known
+        if evidence:
+            questions.append({"question": qa["question"], "evidence": evidence,
+                              "category": qa["category"]})
+    return data.get("sample_id", path.stem), turns, questions
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", type=Path, default=ROOT / "bench" / "data" / "locomo",
+                        help="folder of LoCoMo conversation files (*.json)")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "locomo.md",
+                        help="markdown report to write")
+    parser.add_argument("--modes", default=",".join(MODES), help="comma-separated modes to run")
+    parser.add_argument("--keep", action="store_true", help="keep the benchmark sessions")
+    args = parser.parse_args()
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    unknown = set(modes) - set(MODES)
+    if unknown:
+        parser.error(f"unknown modes: {', '.join(sorted(unknown))}")
+    files = sorted(args.data.glob("*.json"))
+    if not files:
+        parser.error(f"no LoCoMo *.json files in {args.data}")
+
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from django.db import connection
+    from django.test.utils import override_settings
+
+    from memory_app import Memory
+
+    call_command("migrate", verbosity=0)
+    namespace = f"locomo-bench-{uuid.uuid4().hex[:8]}"
+    conversations = []
+    started = time.perf_counter()
+    with override_settings(MEMORY_APP={"EMBED_ON_APPEND": False, "IMPORTANCE_THRESHOLD": None}):
+        for path in files:
+            sample, turns, questions = load_conversation(path)
+            mem = Memory.create(str(sample), namespace=namespace, title=f"LoCoMo {sample}")
+            for start in range(0, len(turns), 1000):
+                mem.add_many(turns[start:start + 1000])
+            by_cursor = {m.cursor: m.metadata["dia_id"] for m in mem.messages()}
+            conversations.append((sample, mem, questions, by_cursor))
+    load_seconds = time.perf_counter() - started
+    n_turns = sum(len(c[3]) for c in conversations)
+    n_questions = sum(len(c[2]) for c in conversations)
+    print(f"loaded {len(conversations)} conversations, {n_turns} turns, {n_questions} questions "
+          f"(categories 1-4) in {load_seconds:.1f}s", file=sys.stderr)
+
+    embed_seconds: dict[str, float] = {}
+    scores: dict[str, dict] = {}
+    try:
+        for name in modes:
+            embedder, search_mode = MODES[name]
+            with override_settings(MEMORY_APP={"EMBEDDER": embedder}):
+                if embedder not in embed_seconds and search_mode != "fulltext":
+                    t0 = time.perf_counter()
+                    for _, mem, _, _ in conversations:
+                        mem.embed()
+                    embed_seconds[embedder] = time.perf_counter() - t0
+                    print(f"embedded with {embedder.rsplit('.', 1)[1]} in "
+                          f"{embed_seconds[embedder]:.1f}s", file=sys.stderr)
+                scores[name] = evaluate(conversations, search_mode)
+            s = scores[name]
+            print(f"{name:15s} R@5 {s['recall'][5]:.3f}  R@10 {s['recall'][10]:.3f}  "
+                  f"hit@5 {s['hit'][5]:.3f}  hit@10 {s['hit'][10]:.3f}", file=sys.stderr)
+    finally:
+        if not args.keep:
+            for _, mem, _, _ in conversations:
+                mem.delete()
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT version()")
+        server = cursor.fetchone()[0].split(" on ")[0] if connection.vendor == "postgresql" else connection.vendor
+        pgvector = ""
+        if connection.vendor == "postgresql":
+            cursor.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
+            row = cursor.fetchone()
+            pgvector = f", pgvector {row[0]}" if row else ""
+    report = render(scores, modes, conversations, n_turns, n_questions, embed_seconds,
+                    f"{server}{pgvector}")
+    print(report)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(report)
+    print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+def evaluate(conversations, search_mode: str) -> dict:
+    """Search every question; recall@k and hit@k overall and per category, and latency."""
+    recall = {k: [] for k in KS}
+    hit = {k: [] for k in KS}
+    per_category = defaultdict(lambda: {k: [] for k in KS})
+    latencies = []
+    for _, mem, questions, by_cursor in conversations:
+        for q in questions:
+            t0 = time.perf_counter()
+            results = mem.search(q["question"], limit=max(KS), mode=search_mode)
+            latencies.append(time.perf_counter() - t0)
+            found = [by_cursor.get(r.cursor) for r in results]
+            for k in KS:
+                got = len(q["evidence"] & set(found[:k]))
+                recall[k].append(got / len(q["evidence"]))
+                hit[k].append(1.0 if got else 0.0)
+                per_category[q["category"]][k].append(got / len(q["evidence"]))
+    return {
+        "recall": {k: statistics.fmean(v) for k, v in recall.items()},
+        "hit": {k: statistics.fmean(v) for k, v in hit.items()},
+        "category": {c: {k: statistics.fmean(v) for k, v in ks.items()} for c, ks in per_category.items()},
+        "count": {c: len(ks[KS[0]]) for c, ks in per_category.items()},
+        "latency_ms": 1000 * statistics.median(latencies),
+    }
+
+
+DESCRIPTIONS = {
+    "lexical": "vector, LexicalEmbedder (hashed words + trigrams, 512d)",
+    "fulltext": "PostgreSQL full-text (websearch_to_tsquery, any word, ts_rank)",
+    "vector": "vector, all-MiniLM-L6-v2 (384d, local)",
+    "hybrid": "MiniLM vector + full-text, RRF (k=60)",
+    "hybrid-lexical": "lexical vector + full-text, RRF (k=60)",
+}
+
+
+def render(scores, modes, conversations, n_turns, n_questions, embed_seconds, server) -> str:
+    lines = [
+        "# LoCoMo recall",
+        "",
+        f"{len(conversations)} conversations ({', '.join(str(c[0]) for c in conversations)}), "
+        f"{n_turns} turns stored one message per turn, {n_questions} questions of categories 1-4. "
+        "Each question searches its own conversation (session scope). recall@k: share of a "
+        "question's evidence turns in the top k, averaged; hit@k: share of questions with at "
+        "least one evidence turn in the top k. Median search time includes embedding the query "
+        "(CPU, indicative only).",
+        "",
+        "| mode | what | recall@5 | recall@10 | hit@5 | hit@10 | median search |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for name in modes:
+        s = scores[name]
+        lines.append(f"| {name} | {DESCRIPTIONS[name]} | {s['recall'][5]:.3f} | {s['recall'][10]:.3f} "
+                     f"| {s['hit'][5]:.3f} | {s['hit'][10]:.3f} | {s['latency_ms']:.1f} ms |")
+    categories = sorted({c for s in scores.values() for c in s["category"]})
+    counts = next(iter(scores.values()))["count"] if scores else {}
+    lines += ["", "recall@10 by question category:", "",
+              "| mode | " + " | ".join(f"{c} {CATEGORIES[c]} (n={counts.get(c, 0)})" for c in categories) + " |",
+              "|---|" + "---:|" * len(categories)]
+    for name in modes:
+        cat = scores[name]["category"]
+        lines.append(f"| {name} | " + " | ".join(f"{cat[c][10]:.3f}" for c in categories) + " |")
+    lines += ["", f"Embedding time (all turns, {os.cpu_count()} CPU cores): " + ", ".join(
+        f"{e.rsplit('.', 1)[1]} {s:.1f}s" for e, s in embed_seconds.items()) + f". Database: {server}.",
+        "", "Reproduce: `python bench/locomo_recall.py` (data: `--data`, default bench/data/locomo).", ""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

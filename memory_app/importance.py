@@ -1,0 +1,137 @@
+"""Which messages matter for recall: importance scoring and the should-recall hook.
+
+Importance: a message flagged ``remember=True`` by the caller, or scored at least
+``IMPORTANCE_THRESHOLD`` by the ``IMPORTANCE_SCORER``, is *remembered*: the flag is stored on
+the message, it is embedded right after the append commits (even with ``EMBED_ON_APPEND``
+off), and compaction never prunes it.
+
+Scorers are classes with ``score(message) -> float`` (0 = unimportant, 1 = surely important).
+The default, ``KeywordImportanceScorer``, is deliberately transparent: a short list of phrases
+people use when they state lasting facts or preferences ("remember", "my name is", "always",
+"I prefer", ...), each with a weight; ``explain()`` says which matched.
+
+Should-recall: ``SHOULD_RECALL`` names a class with ``for_query(text) -> bool`` (is a search
+worth it for this query?) and ``for_message(message) -> bool`` (is this message worth
+embedding?). The default skips empty texts and bare acknowledgements ("ok", "thanks").
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from typing import Any, Protocol
+
+from django.core.signals import setting_changed
+from django.utils.module_loading import import_string
+
+from .conf import memory_settings
+from .types import StoredMessage
+
+
+class ImportanceScorer(Protocol):
+    def score(self, message: StoredMessage) -> float: ...
+
+
+class ShouldRecall(Protocol):
+    def for_query(self, text: str) -> bool: ...
+
+    def for_message(self, message: StoredMessage) -> bool: ...
+
+
+class KeywordImportanceScorer:
+    """Sum of the weights of the phrases found in a message (capped at 1).
+
+    Only ``roles`` are scored (by default the user's messages: what an assistant says about
+    itself is rarely a fact worth keeping). Pass ``patterns`` to replace the list.
+    """
+
+    PATTERNS: tuple[tuple[str, float], ...] = (
+        (r"\bremember\b", 1.0),
+        (r"\bdon'?t forget\b|\bnever forget\b", 1.0),
+        (r"\bmy name is\b|\bcall me\b", 1.0),
+        (r"\bi(?: a|')m allergic\b|\ballerg(?:y|ies|ic)\b", 1.0),
+        (r"\bmy (?:birthday|email|address|phone|wife|husband|partner|son|daughter)\b", 0.6),
+        (r"\bi (?:always|never)\b", 0.5),
+        (r"(?<!\bi )\b(?:always|never)\b", 0.3),
+        (r"\bprefer(?:s|red|ence|ences)?\b", 0.5),
+        (r"\bi (?:like|love|hate|dislike|can'?t stand)\b", 0.3),
+        (r"\bfrom now on\b|\bgoing forward\b|\bin (?:the )?future\b", 0.5),
+        (r"\bimportant\b|\bkeep in mind\b|\bnote that\b", 0.4),
+    )
+
+    def __init__(self, patterns: list[tuple[str, float]] | None = None,
+                 roles: tuple[str, ...] = ("user",)) -> None:
+        self.roles = tuple(roles)
+        self._patterns = [(re.compile(p, re.IGNORECASE), float(w))
+                          for p, w in (patterns or self.PATTERNS)]
+
+    def explain(self, message: StoredMessage) -> list[tuple[str, float]]:
+        """The patterns that matched and their weights."""
+        if message.role not in self.roles or not message.content:
+            return []
+        return [(p.pattern, w) for p, w in self._patterns if p.search(message.content)]
+
+    def score(self, message: StoredMessage) -> float:
+        return min(1.0, sum(w for _, w in self.explain(message)))
+
+
+_ACKNOWLEDGEMENTS = frozenset(
+    "ok okay k sure yes yep yeah no nope thanks thank you thx ty cool great nice fine good got it "
+    "hi hello hey bye lol hmm alright right".split()
+)
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+
+
+class DefaultShouldRecall:
+    """Skip what cannot help: empty texts and messages made only of acknowledgements.
+
+    A message with no text (an assistant's bare tool call) is not embedded. A query made only of
+    words like "ok", "thanks", "hi" does not trigger a search.
+    """
+
+    def _substantive(self, text: str | None) -> bool:
+        words = _WORD.findall((text or "").lower())
+        return any(w not in _ACKNOWLEDGEMENTS for w in words)
+
+    def for_query(self, text: str) -> bool:
+        return self._substantive(text)
+
+    def for_message(self, message: StoredMessage) -> bool:
+        if message.remember:
+            return bool((message.content or "").strip())
+        return self._substantive(message.content)
+
+
+def _load(value: Any):
+    return import_string(value) if isinstance(value, str) else value
+
+
+@lru_cache(maxsize=1)
+def importance_scorer() -> ImportanceScorer:
+    """The configured scorer instance (``IMPORTANCE_SCORER``)."""
+    return _load(memory_settings.IMPORTANCE_SCORER)()
+
+
+@lru_cache(maxsize=1)
+def should_recall() -> ShouldRecall:
+    """The configured should-recall hook instance (``SHOULD_RECALL``)."""
+    return _load(memory_settings.SHOULD_RECALL)()
+
+
+def is_important(message: StoredMessage) -> bool:
+    """Remembered already, or scored at least ``IMPORTANCE_THRESHOLD`` (``None`` turns scoring off)."""
+    if message.remember:
+        return True
+    threshold = memory_settings.IMPORTANCE_THRESHOLD
+    if threshold is None:
+        return False
+    return importance_scorer().score(message) >= threshold
+
+
+def _reset(*, setting: str, **kwargs: Any) -> None:
+    if setting == "MEMORY_APP":
+        importance_scorer.cache_clear()
+        should_recall.cache_clear()
+
+
+setting_changed.connect(_reset)

@@ -1,0 +1,74 @@
+"""Embed the messages that have no vector from the configured embedder yet.
+
+    python manage.py memory_embed                 # everything missing
+    python manage.py memory_embed --session <id>  # one session (repeatable)
+    python manage.py memory_embed --reembed --session <id>
+    python manage.py memory_embed --limit 10000   # stop after 10000 messages
+
+Each batch is committed on its own and only missing vectors are computed, so an interrupted run
+is resumed by running the command again. Creates the model's HNSW index first if needed.
+"""
+
+from __future__ import annotations
+
+from django.core.management.base import BaseCommand, CommandError
+from tqdm import tqdm
+
+from memory_app.conf import memory_settings
+from memory_app.providers.embeddings import EmbedderError, get_embedder
+from memory_app.search import count_missing, embed_messages, ensure_hnsw_index
+
+
+class Command(BaseCommand):
+    help = "Embed messages that have no vector from the configured embedder (resumable)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--session", action="append", dest="sessions", metavar="ID",
+                            help="Only this session (repeat for more).")
+        parser.add_argument("--batch-size", type=int, default=None,
+                            help=f"Messages per batch (default EMBED_BATCH_SIZE, "
+                                 f"{memory_settings.EMBED_BATCH_SIZE}).")
+        parser.add_argument("--limit", type=int, default=None,
+                            help="Stop after looking at this many messages.")
+        parser.add_argument("--reembed", action="store_true",
+                            help="Embed again messages that already have a vector.")
+        parser.add_argument("--no-progress", action="store_true", help="No progress bar.")
+
+    def handle(self, *args, sessions=None, batch_size=None, limit=None, reembed=False,
+               no_progress=False, verbosity=1, **options):
+        if batch_size is not None and batch_size < 1:
+            raise CommandError("--batch-size must be at least 1")
+        if limit is not None and limit < 0:
+            raise CommandError("--limit must not be negative")
+        embedder = get_embedder()
+        try:
+            dims = embedder.dimensions
+            index = ensure_hnsw_index(embedder.name, dims)
+        except EmbedderError as err:
+            raise CommandError(str(err)) from err
+        if reembed:
+            from memory_app.models import Message
+
+            qs = Message.objects.all()
+            if sessions:
+                qs = qs.filter(session_id__in=sessions)
+            todo = qs.count()
+        else:
+            todo = count_missing(embedder=embedder, session_ids=sessions)
+        if limit is not None:
+            todo = min(todo, limit)
+        if verbosity:
+            self.stdout.write(f"{embedder.name} ({dims} dimensions): {todo} messages to embed"
+                              + (f", index {index}" if index else ""))
+        # tqdm needs the raw stream: Django's wrapper would end every refresh with a newline.
+        bar = tqdm(total=todo, unit="msg", disable=no_progress or not verbosity,
+                   file=getattr(self.stderr, "_out", self.stderr), mininterval=0.5)
+        try:
+            stored = embed_messages(session_ids=sessions, replace=reembed, embedder=embedder,
+                                    batch_size=batch_size, limit=limit, progress=bar.update)
+        except EmbedderError as err:
+            raise CommandError(f"{err} (vectors stored so far are kept; run again to resume)") from err
+        finally:
+            bar.close()
+        if verbosity:
+            self.stdout.write(self.style.SUCCESS(f"Stored {stored} vectors."))
