@@ -10,7 +10,8 @@ from memory_app import Memory
 from memory_app.models import Embedding
 from memory_app.tasks import embed_messages
 
-pytestmark = [pytest.mark.celery, pytest.mark.django_db(transaction=True)]
+# The worker reaches the test database over a socket: PostgreSQL only (SQLite tests use memory).
+pytestmark = [pytest.mark.celery, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 
 def wait_for(condition, timeout=60.0):
