@@ -88,3 +88,8 @@ class SummarizerError(MemoryStoreError):
 
 class EmptySummary(SummarizerError):
     """The summarizer answered with nothing usable: an error, never a summary."""
+
+
+# ---- per-owner export and erase (memory_app.owners) -------------------------------------------
+class InvalidOwner(MemoryStoreError, ValueError):
+    """An operation on one owner's data was not given an owner (``None`` or ``ANY_OWNER``)."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
@@ -35,12 +35,13 @@ from .exceptions import (
     SessionNotFound,
     SnapshotConflict,
 )
-from .models import Embedding, Message, Session, Snapshot
+from .models import Message, Session, Snapshot
 from .tokens import count_message, encoding_name_for_model
 from .types import SessionInfo, SnapshotView, StoredMessage, Window
 from .validation import unstorable, validate_message, validate_messages
 
 if TYPE_CHECKING:
+    from .owners import ErasedRows
     from .providers.summarizers import Summarizer
 
 EXPORT_FORMAT = "memory_app.session"
@@ -109,6 +110,29 @@ def _session_info(s: Session) -> SessionInfo:
 
 def _iso(value: dt.datetime | None) -> str | None:
     return value.isoformat() if value else None
+
+
+def export_session_fields(s: Session) -> dict[str, Any]:
+    """The ``session`` part of an export."""
+    return {
+        "id": str(s.pk), "key": s.key, "namespace": s.namespace, "title": s.title,
+        "metadata": s.metadata, "created_at": _iso(s.created_at),
+        "updated_at": _iso(s.updated_at), "expires_at": _iso(s.expires_at),
+        "next_seq": s.next_seq,
+    }
+
+
+def export_message(m: StoredMessage) -> dict[str, Any]:
+    """A message as an export has it: OpenAI form plus cursor and the store's fields."""
+    return {**m.as_openai(), "cursor": m.cursor, "metadata": m.metadata, "tokens": m.tokens,
+            "remember": m.remember, "idempotency_key": m.idempotency_key,
+            "created_at": _iso(m.created_at)}
+
+
+def export_snapshot(v: SnapshotView) -> dict[str, Any]:
+    """A snapshot as an export has it."""
+    return {"version": v.version, "upto": v.upto, "summary": v.summary, "pinned": v.pinned,
+            "model": v.model, "metadata": v.metadata, "created_at": _iso(v.created_at)}
 
 
 class Memory:
@@ -192,6 +216,32 @@ class Memory:
                        key: str | None = None) -> SessionMemory:
         """Restore an ``export()`` losslessly (same cursors, snapshots, metadata) as a new session."""
         return _import_session(data, owner=owner, namespace=namespace, key=key)
+
+    # -- per owner (memory_app.owners) ----------------------------------------------------------
+    @staticmethod
+    def export_owner(owner) -> dict[str, Any]:
+        """Every session of ``owner`` as ``{"format": "memory_app.owner", ..., "sessions":
+        [<SessionMemory.export()>, ...]}``; each session restores with ``import_session``."""
+        from .owners import export_owner
+
+        return export_owner(owner)
+
+    @staticmethod
+    def iter_owner_export(owner, *, batch_size: int = 1000,
+                          progress: Callable[[int], None] | None = None) -> Iterator[str]:
+        """``export_owner`` as JSON text in pieces, read ``batch_size`` messages at a time
+        (for large owners: memory use does not grow with their history)."""
+        from .owners import iter_owner_export
+
+        return iter_owner_export(owner, batch_size=batch_size, progress=progress)
+
+    @staticmethod
+    def erase_owner(owner, *, progress: Callable[[str, int], None] | None = None) -> ErasedRows:
+        """Delete every session of ``owner`` with its messages, snapshots, embeddings and
+        metadata, in one transaction; returns the rows removed per table."""
+        from .owners import erase_owner
+
+        return erase_owner(owner, progress=progress)
 
 
 class SessionMemory:
@@ -530,11 +580,12 @@ class SessionMemory:
     # -- clearing -----------------------------------------------------------------------------
     def clear(self) -> None:
         """Remove messages, snapshots, embeddings and metadata; cursors are never reused."""
+        from .owners import delete_session_rows
+
         with transaction.atomic(using=router.db_for_write(Session)):
             session = Session.objects.select_for_update().get(pk=self.session.pk)
-            Embedding.objects.filter(session=session).delete()
-            Message.objects.filter(session=session).delete()
-            Snapshot.objects.filter(session=session).delete()
+            # One DELETE per table: the deletion collector would load every message first.
+            delete_session_rows(Session.objects.filter(pk=session.pk), keep_sessions=True)
             Session.objects.filter(pk=session.pk).update(
                 metadata={}, message_count=0, token_count=0, tokens_since_snapshot=0,
                 updated_at=timezone.now(),
@@ -542,7 +593,14 @@ class SessionMemory:
         self.refresh()
 
     def delete(self) -> None:
-        Session.objects.filter(pk=self.session.pk).delete()
+        """Delete the session with its messages, snapshots and embeddings (no-op if gone)."""
+        from .owners import delete_session_rows
+
+        with transaction.atomic(using=router.db_for_write(Session)):
+            doomed = Session.objects.filter(pk=self.session.pk)
+            # Lock first, so an append in flight finishes before (or fails after) the delete.
+            if doomed.select_for_update().values_list("pk", flat=True):
+                delete_session_rows(doomed)
 
     # -- undoing the newest message (used by the OpenAI Agents SDK's ``pop_item``) --------------
     def pop_last(self) -> StoredMessage | None:
@@ -581,27 +639,12 @@ class SessionMemory:
     def export(self) -> dict[str, Any]:
         """The whole session as JSON-serialisable data; ``Memory.import_session`` restores it."""
         self.refresh()
-        s = self.session
         return {
             "format": EXPORT_FORMAT,
             "version": EXPORT_VERSION,
-            "session": {
-                "id": str(s.pk), "key": s.key, "namespace": s.namespace, "title": s.title,
-                "metadata": s.metadata, "created_at": _iso(s.created_at),
-                "updated_at": _iso(s.updated_at), "expires_at": _iso(s.expires_at),
-                "next_seq": s.next_seq,
-            },
-            "messages": [
-                {**m.as_openai(), "cursor": m.cursor, "metadata": m.metadata, "tokens": m.tokens,
-                 "remember": m.remember, "idempotency_key": m.idempotency_key,
-                 "created_at": _iso(m.created_at)}
-                for m in self.messages()
-            ],
-            "snapshots": [
-                {"version": v.version, "upto": v.upto, "summary": v.summary, "pinned": v.pinned,
-                 "model": v.model, "metadata": v.metadata, "created_at": _iso(v.created_at)}
-                for v in self.snapshots()
-            ],
+            "session": export_session_fields(self.session),
+            "messages": [export_message(m) for m in self.messages()],
+            "snapshots": [export_snapshot(v) for v in self.snapshots()],
         }
 
     # -- async twins --------------------------------------------------------------------------

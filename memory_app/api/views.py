@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.http import QueryDict
+from django.http import QueryDict, StreamingHttpResponse
 from django.utils.module_loading import import_string
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
@@ -27,7 +27,7 @@ from rest_framework.parsers import JSONParser
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.viewsets import GenericViewSet
+from rest_framework.viewsets import GenericViewSet, ViewSet
 
 from ..conf import memory_settings
 from ..exceptions import InvalidMessage, SessionExists
@@ -359,4 +359,38 @@ class SessionViewSet(MemoryAPIMixin, GenericViewSet):
         return Response(s.SessionSerializer(memory.info()).data)
 
 
-__all__ = ["MemoryAPIMixin", "SessionViewSet"]
+# -- per owner: export and erase everything of the requesting user (memory_app.owners) ------------
+
+@extend_schema_view(
+    export=extend_schema(
+        summary="Export all your memory",
+        description="Every session you own (messages, snapshots, metadata) as one JSON document, "
+                    "streamed. Each element of `sessions` restores with POST `sessions/import/`.",
+        responses={200: s.OwnerExportSerializer, **AUTH_ERRORS},
+    ),
+    erase=extend_schema(
+        summary="Erase all your memory",
+        description="Deletes every session you own with its messages, snapshots, embeddings "
+                    "and metadata, in one transaction. Requires `{\"confirm\": \"erase\"}`.",
+        request=s.OwnerEraseSerializer,
+        examples=[OpenApiExample("Confirm", request_only=True, value={"confirm": "erase"})],
+        responses={200: s.ErasedRowsSerializer, **_errors(BAD_INPUT, UNSUPPORTED)},
+    ),
+)
+class OwnerViewSet(MemoryAPIMixin, ViewSet):
+    """The requesting user's memory as a whole. Always the requester's own, for staff too."""
+
+    @action(detail=False, methods=["get"])
+    def export(self, request: Request) -> StreamingHttpResponse:
+        response = StreamingHttpResponse(Memory.iter_owner_export(request.user),
+                                         content_type="application/json")
+        response["Content-Disposition"] = 'attachment; filename="memory-export.json"'
+        return response
+
+    @action(detail=False, methods=["post"])
+    def erase(self, request: Request) -> Response:
+        _validated(s.OwnerEraseSerializer, request.data)
+        return Response(s.ErasedRowsSerializer(Memory.erase_owner(request.user)).data)
+
+
+__all__ = ["MemoryAPIMixin", "OwnerViewSet", "SessionViewSet"]
