@@ -227,3 +227,19 @@ def test_an_append_racing_an_erase_is_erased_or_refused(make_user):
     assert outcome == {"erased": outcome["erased"], "append": "refused"}
     assert outcome["erased"].messages == 1
     assert owner_rows(owner.pk) == dict.fromkeys(owner_rows(owner.pk), 0)
+
+
+def test_memory_prune_deletes_without_loading_messages(user):
+    import datetime as dt
+
+    from django.core.management import call_command
+
+    expired = fill_owner(user, sessions=1)[0]
+    expired.update(expires_at=dt.datetime(2000, 1, 1, tzinfo=dt.UTC))
+    kept = fill_owner(user, sessions=1, prefix="kept")[0]
+    with CaptureQueriesContext(connection) as queries:
+        call_command("memory_prune", "--no-progress")
+    assert _selects_from(queries.captured_queries, Message._meta.db_table) == []
+    assert [s.key for s in Memory.sessions(owner=user)] == ["kept-0"]
+    assert Message.objects.filter(session_id=expired.id).count() == 0
+    assert kept.count() == 5
