@@ -27,6 +27,9 @@ DEFAULTS: dict[str, Any] = {
     "MAX_MESSAGE_BYTES": 256 * 1024,
     # Most messages accepted in one add_many() call.
     "MAX_BATCH_SIZE": 1000,
+    # Deepest nesting of lists and objects accepted in stored JSON (message metadata, extra,
+    # content parts, session and snapshot metadata); deeper data is refused as invalid.
+    "MAX_JSON_DEPTH": 64,
     # Delete the messages a snapshot stands for when it is saved (per-call override exists).
     "PRUNE_COMPACTED": False,
     # Namespace used when none is given.

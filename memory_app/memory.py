@@ -48,6 +48,9 @@ EXPORT_FORMAT = "memory_app.session"
 EXPORT_VERSION = 1
 #: The largest cursor (PostgreSQL's bigint).
 MAX_CURSOR = 2**63 - 1
+#: The largest cursor an import may set: the largest integer JSON clients (JavaScript's numbers)
+#: hold exactly, and far enough below MAX_CURSOR that appends after an import cannot overflow.
+MAX_IMPORTED_CURSOR = 2**53 - 1
 
 
 class _AnyOwner:
@@ -794,7 +797,8 @@ def _import_session(data: Any, *, owner, namespace, key) -> SessionMemory:
         if not isinstance(raw, dict):
             raise InvalidExport(f"message {index} is not an object")
         raw = dict(raw)
-        cursor = _export_int(raw.pop("cursor", None), f"message {index}: cursor", low=1, high=MAX_CURSOR)
+        cursor = _export_int(raw.pop("cursor", None), f"message {index}: cursor", low=1,
+                             high=MAX_IMPORTED_CURSOR)
         tokens = raw.pop("tokens", None)
         if tokens is not None:
             tokens = _export_int(tokens, f"message {index}: tokens", low=0, high=_MAX_INT)
@@ -822,7 +826,7 @@ def _import_session(data: Any, *, owner, namespace, key) -> SessionMemory:
     if meta.get("next_seq") is None:
         next_seq = cursors[-1] + 1 if cursors else 1
     else:
-        next_seq = _export_int(meta["next_seq"], "session.next_seq", low=1, high=MAX_CURSOR)
+        next_seq = _export_int(meta["next_seq"], "session.next_seq", low=1, high=MAX_IMPORTED_CURSOR)
     if cursors and next_seq <= cursors[-1]:
         raise InvalidExport("next_seq must lie past the last message")
 
@@ -832,7 +836,7 @@ def _import_session(data: Any, *, owner, namespace, key) -> SessionMemory:
         if not isinstance(snap, dict):
             raise InvalidExport(f"{where} is not an object")
         version = _export_int(snap.get("version"), f"{where}: version", low=1, high=_MAX_INT)
-        upto = _export_int(snap.get("upto"), f"{where}: upto", low=1, high=MAX_CURSOR)
+        upto = _export_int(snap.get("upto"), f"{where}: upto", low=1, high=MAX_IMPORTED_CURSOR)
         summary, model = snap.get("summary"), snap.get("model") or ""
         pinned, snap_meta = snap.get("pinned") or [], snap.get("metadata") or {}
         if not isinstance(summary, str) or not summary.strip() or unstorable(summary):
@@ -869,12 +873,14 @@ def _import_session(data: Any, *, owner, namespace, key) -> SessionMemory:
         except IntegrityError:
             raise SessionExists(f"session {key!r} already exists in namespace {namespace!r}") from None
         rows = []
-        for cursor, m, tokens, created in stored:
+        for cursor, m, _claimed_tokens, created in stored:
             row = Message(
                 session=session, seq=cursor, role=m.role, content=m.content,
                 content_parts=m.content_parts, name=m.name, tool_calls=m.tool_calls,
                 tool_call_id=m.tool_call_id, extra=m.extra, metadata=m.metadata,
-                token_count=tokens if tokens is not None else count_message(m.as_openai()),
+                # Recounted, never taken from the export: counts drive windows and
+                # summarization, and a made-up count would skew both (or trigger runs).
+                token_count=count_message(m.as_openai()),
                 remember=m.remember, idempotency_key=m.idempotency_key,
             )
             if created:

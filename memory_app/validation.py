@@ -21,6 +21,9 @@ ALLOWED_KEYS = frozenset(
     {"role", "content", "name", "tool_calls", "tool_call_id", "metadata", "remember",
      "idempotency_key", "extra"}
 )
+#: Fields the store adds to a message it returns or exports: ``extra`` may not use them, or the
+#: value sent would be silently replaced there (and lost by an export round trip).
+STORE_KEYS = frozenset({"cursor", "tokens", "created_at"})
 PART_TYPES = frozenset({"text", "image_url", "input_audio", "file", "refusal"})
 MAX_NAME = 128
 MAX_KEY = 255
@@ -101,7 +104,7 @@ def validate_message(data: Any) -> NewMessage:
     metadata = _optional(data, "metadata", dict, {})
     extra = _optional(data, "extra", dict, None) or None
     if extra is not None:
-        clash = set(extra) & ALLOWED_KEYS
+        clash = set(extra) & (ALLOWED_KEYS | STORE_KEYS)
         if clash:
             raise InvalidMessage("extra", f"may not redefine {sorted(clash)[0]!r}")
     remember = data.get("remember", False)
@@ -135,7 +138,13 @@ def unstorable(value: Any) -> str | None:
 
     PostgreSQL's text and jsonb refuse NUL characters and lone surrogates, and JSON has no NaN or
     infinity: refusing them here gives the caller a field-level error instead of a database error.
+    Data nested deeper than ``MAX_JSON_DEPTH`` is refused too: no legitimate message needs it,
+    and every reader of it (this check, JSON encoders, clients) would recurse that deep.
     """
+    return _unstorable(value, memory_settings.MAX_JSON_DEPTH)
+
+
+def _unstorable(value: Any, depth_left: int) -> str | None:
     if isinstance(value, str):
         if "\x00" in value:
             return "must not contain NUL characters"
@@ -146,15 +155,17 @@ def unstorable(value: Any) -> str | None:
         return None
     if isinstance(value, float):
         return None if math.isfinite(value) else "numbers must be finite"
+    if isinstance(value, (dict, list, tuple)) and depth_left <= 0:
+        return f"must not be nested more than {memory_settings.MAX_JSON_DEPTH} levels deep (MAX_JSON_DEPTH)"
     if isinstance(value, dict):
         for key, item in value.items():
-            problem = unstorable(key) if isinstance(key, str) else None
-            if problem := problem or unstorable(item):
+            problem = _unstorable(key, depth_left) if isinstance(key, str) else None
+            if problem := problem or _unstorable(item, depth_left - 1):
                 return problem
         return None
     if isinstance(value, (list, tuple)):
         for item in value:
-            if problem := unstorable(item):
+            if problem := _unstorable(item, depth_left - 1):
                 return problem
     return None
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from django.core.exceptions import RequestDataTooBig
 from rest_framework import exceptions as drf_exceptions
 from rest_framework import status
 from rest_framework.response import Response
@@ -50,6 +51,11 @@ def memory_exception_handler(exc: Exception, context: dict[str, Any]) -> Respons
     """DRF exception handler of the memory API views (set on the views, not project-wide)."""
     if isinstance(exc, MemoryStoreError):
         return _store_error_response(exc)
+    if isinstance(exc, RequestDataTooBig):
+        # Django raises it on reading a body over DATA_UPLOAD_MAX_MEMORY_SIZE; left alone it
+        # would become Django's HTML "400 Bad Request" page.
+        return Response({"detail": f"The request body is too large: {exc}", "code": "request_too_large"},
+                        status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
     response = drf_exception_handler(exc, context)
     if response is None:
         return None  # a real bug: let Django answer 500 and log it

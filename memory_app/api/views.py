@@ -23,7 +23,6 @@ from drf_spectacular.utils import (
 )
 from rest_framework import filters, serializers, status
 from rest_framework.decorators import action
-from rest_framework.parsers import JSONParser
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -36,6 +35,7 @@ from ..models import Session
 from . import serializers as s
 from .exceptions import memory_exception_handler
 from .pagination import SessionCursorPagination, next_messages_link
+from .parsers import MemoryJSONParser
 
 # -- documented error responses ------------------------------------------------------------------
 
@@ -51,7 +51,11 @@ NOT_FOUND = {
 }
 BAD_INPUT = {400: OpenApiResponse(_ERROR, description="Bad input: `field` (and `index` in a batch) says "
                                                       "what and `errors` why.")}
-UNSUPPORTED = {415: OpenApiResponse(_ERROR, description="The body must be JSON.")}
+UNSUPPORTED = {
+    415: OpenApiResponse(_ERROR, description="The body must be JSON."),
+    413: OpenApiResponse(_ERROR, description="The body is larger than the server accepts "
+                                             "(Django's DATA_UPLOAD_MAX_MEMORY_SIZE)."),
+}
 SESSION_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="The session's id.")
 
 
@@ -75,7 +79,7 @@ class MemoryAPIMixin:
     """Policies shared by the memory API views: JSON only, the app's permission and throttle
     settings, the owner scope, and the one exception handler."""
 
-    parser_classes = [JSONParser]
+    parser_classes = [MemoryJSONParser]
     renderer_classes = [JSONRenderer]
 
     def get_permissions(self) -> list:

@@ -8,7 +8,13 @@ from django.db import connection
 from memory_app import Memory
 from memory_app.models import Embedding
 
-from ..api.conftest import _fast_password_hashing, _fresh_throttle_counts, api, other_api  # noqa: F401
+from ..api.conftest import (  # noqa: F401
+    _fast_password_hashing,
+    _fresh_throttle_counts,
+    api,
+    other_api,
+    session,
+)
 from ..conftest import tool_turn
 
 

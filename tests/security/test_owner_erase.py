@@ -60,6 +60,11 @@ def everything_but(owner_id) -> dict[str, str]:
             for model, q in _whose(owner_id).items()}
 
 
+def all_rows() -> dict[str, str]:
+    """Every row of every memory_app table, as text (to check that nothing changed)."""
+    return everything_but(-1)
+
+
 def test_erase_leaves_zero_rows_of_the_owner_and_touches_nobody_else(user, other_user,
                                                                      alice_memory, bob_memory):
     Memory.create("service", owner=None).add({"role": "user", "content": "ownerless"})
