@@ -4,15 +4,18 @@ Every error body has the same shape: ``{"detail": "...", "code": "..."}``, plus 
 ``index`` for a message of a batch) and ``errors`` (``{field: [messages]}``) when a field is at
 fault, and the versions involved for a snapshot conflict. The adapter's typed errors map to
 statuses through ``ERROR_STATUS``; DRF's own errors (validation, authentication, throttling,
-404) are reshaped to the same body.
+404) are reshaped to the same body; a body over ``DATA_UPLOAD_MAX_MEMORY_SIZE`` is a 413 and an
+unavailable database a 503 with ``Retry-After``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Any
 
 from django.core.exceptions import RequestDataTooBig
+from django.db import InterfaceError, OperationalError
 from rest_framework import exceptions as drf_exceptions
 from rest_framework import status
 from rest_framework.response import Response
@@ -30,6 +33,11 @@ from ..exceptions import (
     SessionNotFound,
     SnapshotConflict,
 )
+
+logger = logging.getLogger("memory_app")
+
+#: Seconds a client is asked to wait (Retry-After) when the database is unavailable.
+DATABASE_RETRY_AFTER = 1
 
 #: Status and machine-readable code of each adapter error (looked up along the class's MRO,
 #: so a new subclass inherits its parent's mapping until it gets its own line here).
@@ -51,6 +59,14 @@ def memory_exception_handler(exc: Exception, context: dict[str, Any]) -> Respons
     """DRF exception handler of the memory API views (set on the views, not project-wide)."""
     if isinstance(exc, MemoryStoreError):
         return _store_error_response(exc)
+    if isinstance(exc, (OperationalError, InterfaceError)):
+        # The database is down, restarting or dropped the connection (Django reconnects on the
+        # next request): a retryable 503, not a 500. Nothing was half stored: writes are atomic.
+        logger.warning("memory API: database unavailable: %s", exc, exc_info=exc)
+        return Response({"detail": "The database is unavailable; retry shortly.",
+                         "code": "database_unavailable"},
+                        status=status.HTTP_503_SERVICE_UNAVAILABLE,
+                        headers={"Retry-After": str(DATABASE_RETRY_AFTER)})
     if isinstance(exc, RequestDataTooBig):
         # Django raises it on reading a body over DATA_UPLOAD_MAX_MEMORY_SIZE; left alone it
         # would become Django's HTML "400 Bad Request" page.

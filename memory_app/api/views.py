@@ -44,6 +44,9 @@ AUTH_ERRORS = {
     401: OpenApiResponse(_ERROR, description="Not authenticated (token authentication)."),
     403: OpenApiResponse(_ERROR, description="Not authenticated (session authentication) or not allowed."),
     429: OpenApiResponse(_ERROR, description="Throttled: retry after the Retry-After header's seconds."),
+    # Not about authentication, but every operation may answer it, like the ones above.
+    503: OpenApiResponse(_ERROR, description="The database is unavailable (code "
+                                             "database_unavailable): retry after Retry-After seconds."),
 }
 NOT_FOUND = {
     404: OpenApiResponse(_ERROR, description="No such session for this user (another owner's session "
