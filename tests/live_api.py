@@ -271,6 +271,7 @@ class RetryStats:
     acknowledged: dict[str, list[tuple[int, str, str]]] = field(default_factory=lambda: defaultdict(list))
     requests: int = 0
     errors: list[tuple[float, str]] = field(default_factory=list)  # (time, status or exception)
+    acknowledged_at: list[float] = field(default_factory=list)  # when each 201 arrived
     windows: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -308,6 +309,7 @@ def retrying_clients(base_url: str, clients: list[Client], *, stop: threading.Ev
                         stored = response.json()["messages"][0]
                         with stats.lock:
                             stats.acknowledged[client.session_id].append((stored["cursor"], content, key))
+                            stats.acknowledged_at.append(time.monotonic())
                         break
                     time.sleep(0.05)
 
@@ -393,8 +395,13 @@ def verify(database: LiveDatabase, acknowledged: dict[str, list[tuple[int, str, 
 class Outage:
     stopped_at: float
     started_at: float
-    errors_during: int = 0
-    errors_after: int = 0  # errors more than `grace` seconds after the restart
+    errors_during: int = 0  # errors from the stop until the server was up again
+    errors_after: int = 0  # errors in the `grace` seconds after it was up again
+
+    def recovery(self, acknowledged_at: list[float]) -> float | None:
+        """Seconds from the server being up again to the first acknowledged append."""
+        after = [t for t in acknowledged_at if t >= self.started_at]
+        return min(after) - self.started_at if after else None
 
 
 @contextmanager
