@@ -87,6 +87,12 @@ DEFAULTS: dict[str, Any] = {
     # Sessions per page of GET sessions/ (the client may ask for up to API_SESSIONS_MAX_PAGE_SIZE).
     "API_SESSIONS_PAGE_SIZE": 50,
     "API_SESSIONS_MAX_PAGE_SIZE": 500,
+
+    # --- encryption at rest (memory_app.encryption) -------------------------------------------
+    # Fernet keys, newest first: the first encrypts message content, content parts and tool call
+    # arguments; every one decrypts. Empty: stored in plaintext. After adding a key, run
+    # `manage.py memory_rotate_keys` before removing an old one. Needs the `cryptography` package.
+    "ENCRYPTION_KEYS": [],
 }
 
 # Settings given as dotted paths and imported on first use.

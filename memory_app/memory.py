@@ -25,6 +25,7 @@ from django.utils.dateparse import parse_datetime
 from . import log
 from .conf import memory_settings
 from .context import assemble_window, page_sizer
+from .encryption import encrypt_row
 from .exceptions import (
     InvalidCursor,
     InvalidExport,
@@ -874,13 +875,15 @@ def _import_session(data: Any, *, owner, namespace, key) -> SessionMemory:
             raise SessionExists(f"session {key!r} already exists in namespace {namespace!r}") from None
         rows = []
         for cursor, m, _claimed_tokens, created in stored:
+            tokens = count_message(m.as_openai())
+            m = encrypt_row(m)  # as the log stores it (a no-op without encryption)
             row = Message(
                 session=session, seq=cursor, role=m.role, content=m.content,
                 content_parts=m.content_parts, name=m.name, tool_calls=m.tool_calls,
                 tool_call_id=m.tool_call_id, extra=m.extra, metadata=m.metadata,
                 # Recounted, never taken from the export: counts drive windows and
                 # summarization, and a made-up count would skew both (or trigger runs).
-                token_count=count_message(m.as_openai()),
+                token_count=tokens,
                 remember=m.remember, idempotency_key=m.idempotency_key,
             )
             if created:

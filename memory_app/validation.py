@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .conf import memory_settings
+from .encryption import ENCRYPTED_PREFIX
 from .exceptions import InvalidMessage, MessageTooLarge
 from .models import Role
 
@@ -114,6 +115,8 @@ def validate_message(data: Any) -> NewMessage:
     if key is not None and (not isinstance(key, str) or not key or len(key) > MAX_KEY):
         raise InvalidMessage("idempotency_key", f"must be a non-empty string of at most {MAX_KEY} characters")
 
+    if text.startswith(ENCRYPTED_PREFIX):
+        raise InvalidMessage("content", f"must not start with {ENCRYPTED_PREFIX!r} (marks encrypted text)")
     message = NewMessage(
         role=role, content=text, content_parts=parts, name=name, tool_calls=tool_calls,
         tool_call_id=tool_call_id, extra=extra or None, metadata=metadata, remember=remember,
@@ -243,6 +246,9 @@ def _tool_calls(tool_calls: Any, role: str) -> list | None:
             raise InvalidMessage("tool_calls", f"call {i} needs function.name")
         if not isinstance(function.get("arguments", ""), str):
             raise InvalidMessage("tool_calls", f"call {i}: function.arguments must be a JSON string")
+        if function.get("arguments", "").startswith(ENCRYPTED_PREFIX):
+            raise InvalidMessage("tool_calls", f"call {i}: function.arguments must not start with "
+                                               f"{ENCRYPTED_PREFIX!r} (marks encrypted text)")
     return tool_calls
 
 

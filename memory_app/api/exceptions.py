@@ -22,6 +22,7 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from ..exceptions import (
+    DecryptionFailed,
     InvalidCursor,
     InvalidExport,
     InvalidMessage,
@@ -51,6 +52,8 @@ ERROR_STATUS: dict[type[MemoryStoreError], tuple[int, str]] = {
     InvalidSession: (status.HTTP_400_BAD_REQUEST, "invalid_session"),
     SessionNotFound: (status.HTTP_404_NOT_FOUND, "not_found"),
     SessionExists: (status.HTTP_409_CONFLICT, "session_exists"),
+    # A server misconfiguration (encryption keys), not the client's fault.
+    DecryptionFailed: (status.HTTP_500_INTERNAL_SERVER_ERROR, "decryption_failed"),
     SnapshotConflict: (status.HTTP_409_CONFLICT, "snapshot_conflict"),
 }
 
@@ -81,6 +84,8 @@ def memory_exception_handler(exc: Exception, context: dict[str, Any]) -> Respons
 
 def _store_error_response(exc: MemoryStoreError) -> Response:
     http_status, code = next(ERROR_STATUS[cls] for cls in type(exc).__mro__ if cls in ERROR_STATUS)
+    if http_status >= 500:
+        logger.error("memory API: %s", exc, exc_info=exc)
     body: dict[str, Any] = {"detail": str(exc), "code": code}
     field = getattr(exc, "field", None)
     if field:
