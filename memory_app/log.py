@@ -80,6 +80,8 @@ def _insert(session_id, messages: list[NewMessage], tokens: list[int]) -> list[S
         stored = _insert_postgresql(connection, session_id, messages, tokens)
     else:
         stored = _insert_generic(session_id, messages, tokens)
+    # Callers get plaintext back, however the rows above were built (a no-op when they are).
+    stored = [decrypt_row(m) for m in stored]
     from .signals import messages_appended
 
     messages_appended.send(sender=Session, session_id=session_id, messages=stored)
