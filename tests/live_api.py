@@ -177,6 +177,7 @@ class Gunicorn:
                  log_dir: Path | None = None) -> None:
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
+        self.owns_log_dir = log_dir is None
         self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix="memory-gunicorn-"))
         self.env = {
             **os.environ,
@@ -232,14 +233,15 @@ class Gunicorn:
                 "total": sum(peaks.values())}
 
     def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        os.kill(self.process.pid, signal.SIGTERM)  # the master stops its workers
-        try:
-            self.process.wait(15)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(5)
+        if self.process is not None and self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGTERM)  # the master stops its workers
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(5)
+        if self.owns_log_dir and self.process is not None and self.process.returncode == 0:
+            shutil.rmtree(self.log_dir, ignore_errors=True)  # kept when something went wrong
 
     def __enter__(self) -> Gunicorn:
         return self.start()
