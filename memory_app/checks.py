@@ -57,4 +57,29 @@ def check_settings(app_configs=None, **kwargs):
                             id="memory_app.E002"))
     if not isinstance(memory_settings.MAX_MESSAGE_BYTES, int) or memory_settings.MAX_MESSAGE_BYTES <= 0:
         errors.append(Error("MEMORY_APP['MAX_MESSAGE_BYTES'] must be a positive integer", id="memory_app.E003"))
+    errors += _check_encryption_keys()
+    return errors
+
+
+def _check_encryption_keys() -> list:
+    keys = memory_settings.ENCRYPTION_KEYS
+    if not keys:
+        return []
+    if isinstance(keys, (str, bytes)) or not isinstance(keys, (list, tuple)):
+        return [Error("MEMORY_APP['ENCRYPTION_KEYS'] must be a list of Fernet keys, newest first",
+                      id="memory_app.E010")]
+    try:
+        from cryptography.fernet import Fernet
+    except ImportError:
+        return [Error("MEMORY_APP['ENCRYPTION_KEYS'] is set but the cryptography package is not "
+                      "installed", hint="pip install 'django-memory-app[encryption]'", id="memory_app.E011")]
+    errors = []
+    for index, key in enumerate(keys):
+        try:
+            Fernet(key)
+        except (ValueError, TypeError):
+            errors.append(Error(f"MEMORY_APP['ENCRYPTION_KEYS'][{index}] is not a Fernet key "
+                                "(32 url-safe base64-encoded bytes)",
+                                hint="Make one with cryptography.fernet.Fernet.generate_key().",
+                                id="memory_app.E010"))
     return errors

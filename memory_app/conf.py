@@ -27,6 +27,9 @@ DEFAULTS: dict[str, Any] = {
     "MAX_MESSAGE_BYTES": 256 * 1024,
     # Most messages accepted in one add_many() call.
     "MAX_BATCH_SIZE": 1000,
+    # Deepest nesting of lists and objects accepted in stored JSON (message metadata, extra,
+    # content parts, session and snapshot metadata); deeper data is refused as invalid.
+    "MAX_JSON_DEPTH": 64,
     # Delete the messages a snapshot stands for when it is saved (per-call override exists).
     "PRUNE_COMPACTED": False,
     # Namespace used when none is given.
@@ -114,6 +117,12 @@ DEFAULTS: dict[str, Any] = {
     # Sessions per page of GET sessions/ (the client may ask for up to API_SESSIONS_MAX_PAGE_SIZE).
     "API_SESSIONS_PAGE_SIZE": 50,
     "API_SESSIONS_MAX_PAGE_SIZE": 500,
+
+    # --- encryption at rest (memory_app.encryption) -------------------------------------------
+    # Fernet keys, newest first: the first encrypts message content, content parts and tool call
+    # arguments; every one decrypts. Empty: stored in plaintext. After adding a key, run
+    # `manage.py memory_rotate_keys` before removing an old one. Needs the `cryptography` package.
+    "ENCRYPTION_KEYS": [],
 }
 
 # Settings given as dotted paths and imported on first use.

@@ -88,3 +88,14 @@ class SummarizerError(MemoryStoreError):
 
 class EmptySummary(SummarizerError):
     """The summarizer answered with nothing usable: an error, never a summary."""
+
+
+# ---- per-owner export and erase (memory_app.owners) -------------------------------------------
+class InvalidOwner(MemoryStoreError, ValueError):
+    """An operation on one owner's data was not given an owner (``None`` or ``ANY_OWNER``)."""
+
+
+# ---- encryption at rest (memory_app.encryption) -----------------------------------------------
+class DecryptionFailed(MemoryStoreError):
+    """A stored message is encrypted and none of ``ENCRYPTION_KEYS`` opens it (a key was removed
+    before ``memory_rotate_keys`` ran, or the keys are wrong): a configuration error, not bad input."""

@@ -15,6 +15,7 @@ from django.db import IntegrityError, connections, router, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from .encryption import decrypt_row, encrypt_row
 from .exceptions import SessionNotFound
 from .models import Message, Session
 from .tokens import count_message
@@ -28,11 +29,12 @@ ROW_FIELDS = (
 
 
 def from_row(row: Sequence) -> StoredMessage:
-    return StoredMessage(
+    # Every read of a stored row ends here: decrypted here (a no-op without encryption).
+    return decrypt_row(StoredMessage(
         cursor=row[0], role=row[1], content=row[2], content_parts=row[3], name=row[4],
         tool_calls=row[5], tool_call_id=row[6], extra=row[7], metadata=row[8] or {},
         tokens=row[9], remember=row[10], idempotency_key=row[11], created_at=row[12], id=row[13],
-    )
+    ))
 
 
 def rows(queryset) -> list[StoredMessage]:
@@ -70,11 +72,16 @@ def _append_idempotent(session_id, messages, tokens) -> list[StoredMessage]:
 
 
 def _insert(session_id, messages: list[NewMessage], tokens: list[int]) -> list[StoredMessage]:
+    # Every write of messages starts here: encrypted here (a no-op without encryption); tokens
+    # were counted on the plaintext.
+    messages = [encrypt_row(m) for m in messages]
     connection = connections[router.db_for_write(Message)]
     if connection.vendor == "postgresql":
         stored = _insert_postgresql(connection, session_id, messages, tokens)
     else:
         stored = _insert_generic(session_id, messages, tokens)
+    # Callers get plaintext back, however the rows above were built (a no-op when they are).
+    stored = [decrypt_row(m) for m in stored]
     from .signals import messages_appended
 
     messages_appended.send(sender=Session, session_id=session_id, messages=stored)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
@@ -25,6 +25,7 @@ from django.utils.dateparse import parse_datetime
 from . import log
 from .conf import memory_settings
 from .context import assemble_window, page_sizer
+from .encryption import encrypt_row
 from .exceptions import (
     InvalidCursor,
     InvalidExport,
@@ -35,12 +36,13 @@ from .exceptions import (
     SessionNotFound,
     SnapshotConflict,
 )
-from .models import Embedding, Message, Session, Snapshot
+from .models import Message, Session, Snapshot
 from .tokens import count_message, encoding_name_for_model
 from .types import SessionInfo, SnapshotView, StoredMessage, Window
 from .validation import unstorable, validate_message, validate_messages
 
 if TYPE_CHECKING:
+    from .owners import ErasedRows
     from .providers.summarizers import Summarizer
 
 if TYPE_CHECKING:
@@ -50,6 +52,9 @@ EXPORT_FORMAT = "memory_app.session"
 EXPORT_VERSION = 1
 #: The largest cursor (PostgreSQL's bigint).
 MAX_CURSOR = 2**63 - 1
+#: The largest cursor an import may set: the largest integer JSON clients (JavaScript's numbers)
+#: hold exactly, and far enough below MAX_CURSOR that appends after an import cannot overflow.
+MAX_IMPORTED_CURSOR = 2**53 - 1
 
 
 class _AnyOwner:
@@ -112,6 +117,29 @@ def _session_info(s: Session) -> SessionInfo:
 
 def _iso(value: dt.datetime | None) -> str | None:
     return value.isoformat() if value else None
+
+
+def export_session_fields(s: Session) -> dict[str, Any]:
+    """The ``session`` part of an export."""
+    return {
+        "id": str(s.pk), "key": s.key, "namespace": s.namespace, "title": s.title,
+        "metadata": s.metadata, "created_at": _iso(s.created_at),
+        "updated_at": _iso(s.updated_at), "expires_at": _iso(s.expires_at),
+        "next_seq": s.next_seq,
+    }
+
+
+def export_message(m: StoredMessage) -> dict[str, Any]:
+    """A message as an export has it: OpenAI form plus cursor and the store's fields."""
+    return {**m.as_openai(), "cursor": m.cursor, "metadata": m.metadata, "tokens": m.tokens,
+            "remember": m.remember, "idempotency_key": m.idempotency_key,
+            "created_at": _iso(m.created_at)}
+
+
+def export_snapshot(v: SnapshotView) -> dict[str, Any]:
+    """A snapshot as an export has it."""
+    return {"version": v.version, "upto": v.upto, "summary": v.summary, "pinned": v.pinned,
+            "model": v.model, "metadata": v.metadata, "created_at": _iso(v.created_at)}
 
 
 class Memory:
@@ -195,6 +223,32 @@ class Memory:
                        key: str | None = None) -> SessionMemory:
         """Restore an ``export()`` losslessly (same cursors, snapshots, metadata) as a new session."""
         return _import_session(data, owner=owner, namespace=namespace, key=key)
+
+    # -- per owner (memory_app.owners) ----------------------------------------------------------
+    @staticmethod
+    def export_owner(owner) -> dict[str, Any]:
+        """Every session of ``owner`` as ``{"format": "memory_app.owner", ..., "sessions":
+        [<SessionMemory.export()>, ...]}``; each session restores with ``import_session``."""
+        from .owners import export_owner
+
+        return export_owner(owner)
+
+    @staticmethod
+    def iter_owner_export(owner, *, batch_size: int = 1000,
+                          progress: Callable[[int], None] | None = None) -> Iterator[str]:
+        """``export_owner`` as JSON text in pieces, read ``batch_size`` messages at a time
+        (for large owners: memory use does not grow with their history)."""
+        from .owners import iter_owner_export
+
+        return iter_owner_export(owner, batch_size=batch_size, progress=progress)
+
+    @staticmethod
+    def erase_owner(owner, *, progress: Callable[[str, int], None] | None = None) -> ErasedRows:
+        """Delete every session of ``owner`` with its messages, snapshots, embeddings and
+        metadata, in one transaction; returns the rows removed per table."""
+        from .owners import erase_owner
+
+        return erase_owner(owner, progress=progress)
 
 
 class SessionMemory:
@@ -586,11 +640,12 @@ class SessionMemory:
     # -- clearing -----------------------------------------------------------------------------
     def clear(self) -> None:
         """Remove messages, snapshots, embeddings and metadata; cursors are never reused."""
+        from .owners import delete_session_rows
+
         with transaction.atomic(using=router.db_for_write(Session)):
             session = Session.objects.select_for_update().get(pk=self.session.pk)
-            Embedding.objects.filter(session=session).delete()
-            Message.objects.filter(session=session).delete()
-            Snapshot.objects.filter(session=session).delete()
+            # One DELETE per table: the deletion collector would load every message first.
+            delete_session_rows(Session.objects.filter(pk=session.pk), keep_sessions=True)
             Session.objects.filter(pk=session.pk).update(
                 metadata={}, message_count=0, token_count=0, tokens_since_snapshot=0,
                 updated_at=timezone.now(),
@@ -598,7 +653,14 @@ class SessionMemory:
         self.refresh()
 
     def delete(self) -> None:
-        Session.objects.filter(pk=self.session.pk).delete()
+        """Delete the session with its messages, snapshots and embeddings (no-op if gone)."""
+        from .owners import delete_session_rows
+
+        with transaction.atomic(using=router.db_for_write(Session)):
+            doomed = Session.objects.filter(pk=self.session.pk)
+            # Lock first, so an append in flight finishes before (or fails after) the delete.
+            if doomed.select_for_update().values_list("pk", flat=True):
+                delete_session_rows(doomed)
 
     # -- undoing the newest message (used by the OpenAI Agents SDK's ``pop_item``) --------------
     def pop_last(self) -> StoredMessage | None:
@@ -637,27 +699,12 @@ class SessionMemory:
     def export(self) -> dict[str, Any]:
         """The whole session as JSON-serialisable data; ``Memory.import_session`` restores it."""
         self.refresh()
-        s = self.session
         return {
             "format": EXPORT_FORMAT,
             "version": EXPORT_VERSION,
-            "session": {
-                "id": str(s.pk), "key": s.key, "namespace": s.namespace, "title": s.title,
-                "metadata": s.metadata, "created_at": _iso(s.created_at),
-                "updated_at": _iso(s.updated_at), "expires_at": _iso(s.expires_at),
-                "next_seq": s.next_seq,
-            },
-            "messages": [
-                {**m.as_openai(), "cursor": m.cursor, "metadata": m.metadata, "tokens": m.tokens,
-                 "remember": m.remember, "idempotency_key": m.idempotency_key,
-                 "created_at": _iso(m.created_at)}
-                for m in self.messages()
-            ],
-            "snapshots": [
-                {"version": v.version, "upto": v.upto, "summary": v.summary, "pinned": v.pinned,
-                 "model": v.model, "metadata": v.metadata, "created_at": _iso(v.created_at)}
-                for v in self.snapshots()
-            ],
+            "session": export_session_fields(self.session),
+            "messages": [export_message(m) for m in self.messages()],
+            "snapshots": [export_snapshot(v) for v in self.snapshots()],
         }
 
     # -- async twins --------------------------------------------------------------------------
@@ -807,7 +854,8 @@ def _import_session(data: Any, *, owner, namespace, key) -> SessionMemory:
         if not isinstance(raw, dict):
             raise InvalidExport(f"message {index} is not an object")
         raw = dict(raw)
-        cursor = _export_int(raw.pop("cursor", None), f"message {index}: cursor", low=1, high=MAX_CURSOR)
+        cursor = _export_int(raw.pop("cursor", None), f"message {index}: cursor", low=1,
+                             high=MAX_IMPORTED_CURSOR)
         tokens = raw.pop("tokens", None)
         if tokens is not None:
             tokens = _export_int(tokens, f"message {index}: tokens", low=0, high=_MAX_INT)
@@ -835,7 +883,7 @@ def _import_session(data: Any, *, owner, namespace, key) -> SessionMemory:
     if meta.get("next_seq") is None:
         next_seq = cursors[-1] + 1 if cursors else 1
     else:
-        next_seq = _export_int(meta["next_seq"], "session.next_seq", low=1, high=MAX_CURSOR)
+        next_seq = _export_int(meta["next_seq"], "session.next_seq", low=1, high=MAX_IMPORTED_CURSOR)
     if cursors and next_seq <= cursors[-1]:
         raise InvalidExport("next_seq must lie past the last message")
 
@@ -845,7 +893,7 @@ def _import_session(data: Any, *, owner, namespace, key) -> SessionMemory:
         if not isinstance(snap, dict):
             raise InvalidExport(f"{where} is not an object")
         version = _export_int(snap.get("version"), f"{where}: version", low=1, high=_MAX_INT)
-        upto = _export_int(snap.get("upto"), f"{where}: upto", low=1, high=MAX_CURSOR)
+        upto = _export_int(snap.get("upto"), f"{where}: upto", low=1, high=MAX_IMPORTED_CURSOR)
         summary, model = snap.get("summary"), snap.get("model") or ""
         pinned, snap_meta = snap.get("pinned") or [], snap.get("metadata") or {}
         if not isinstance(summary, str) or not summary.strip() or unstorable(summary):
@@ -882,12 +930,16 @@ def _import_session(data: Any, *, owner, namespace, key) -> SessionMemory:
         except IntegrityError:
             raise SessionExists(f"session {key!r} already exists in namespace {namespace!r}") from None
         rows = []
-        for cursor, m, tokens, created in stored:
+        for cursor, m, _claimed_tokens, created in stored:
+            tokens = count_message(m.as_openai())
+            m = encrypt_row(m)  # as the log stores it (a no-op without encryption)
             row = Message(
                 session=session, seq=cursor, role=m.role, content=m.content,
                 content_parts=m.content_parts, name=m.name, tool_calls=m.tool_calls,
                 tool_call_id=m.tool_call_id, extra=m.extra, metadata=m.metadata,
-                token_count=tokens if tokens is not None else count_message(m.as_openai()),
+                # Recounted, never taken from the export: counts drive windows and
+                # summarization, and a made-up count would skew both (or trigger runs).
+                token_count=tokens,
                 remember=m.remember, idempotency_key=m.idempotency_key,
             )
             if created:

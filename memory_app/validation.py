@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .conf import memory_settings
+from .encryption import ENCRYPTED_PREFIX
 from .exceptions import InvalidMessage, MessageTooLarge
 from .models import Role
 
@@ -21,6 +22,9 @@ ALLOWED_KEYS = frozenset(
     {"role", "content", "name", "tool_calls", "tool_call_id", "metadata", "remember",
      "idempotency_key", "extra"}
 )
+#: Fields the store adds to a message it returns or exports: ``extra`` may not use them, or the
+#: value sent would be silently replaced there (and lost by an export round trip).
+STORE_KEYS = frozenset({"cursor", "tokens", "created_at"})
 PART_TYPES = frozenset({"text", "image_url", "input_audio", "file", "refusal"})
 MAX_NAME = 128
 MAX_KEY = 255
@@ -101,7 +105,7 @@ def validate_message(data: Any) -> NewMessage:
     metadata = _optional(data, "metadata", dict, {})
     extra = _optional(data, "extra", dict, None) or None
     if extra is not None:
-        clash = set(extra) & ALLOWED_KEYS
+        clash = set(extra) & (ALLOWED_KEYS | STORE_KEYS)
         if clash:
             raise InvalidMessage("extra", f"may not redefine {sorted(clash)[0]!r}")
     remember = data.get("remember", False)
@@ -111,6 +115,8 @@ def validate_message(data: Any) -> NewMessage:
     if key is not None and (not isinstance(key, str) or not key or len(key) > MAX_KEY):
         raise InvalidMessage("idempotency_key", f"must be a non-empty string of at most {MAX_KEY} characters")
 
+    if text.startswith(ENCRYPTED_PREFIX):
+        raise InvalidMessage("content", f"must not start with {ENCRYPTED_PREFIX!r} (marks encrypted text)")
     message = NewMessage(
         role=role, content=text, content_parts=parts, name=name, tool_calls=tool_calls,
         tool_call_id=tool_call_id, extra=extra or None, metadata=metadata, remember=remember,
@@ -135,7 +141,13 @@ def unstorable(value: Any) -> str | None:
 
     PostgreSQL's text and jsonb refuse NUL characters and lone surrogates, and JSON has no NaN or
     infinity: refusing them here gives the caller a field-level error instead of a database error.
+    Data nested deeper than ``MAX_JSON_DEPTH`` is refused too: no legitimate message needs it,
+    and every reader of it (this check, JSON encoders, clients) would recurse that deep.
     """
+    return _unstorable(value, memory_settings.MAX_JSON_DEPTH)
+
+
+def _unstorable(value: Any, depth_left: int) -> str | None:
     if isinstance(value, str):
         if "\x00" in value:
             return "must not contain NUL characters"
@@ -146,15 +158,17 @@ def unstorable(value: Any) -> str | None:
         return None
     if isinstance(value, float):
         return None if math.isfinite(value) else "numbers must be finite"
+    if isinstance(value, (dict, list, tuple)) and depth_left <= 0:
+        return f"must not be nested more than {memory_settings.MAX_JSON_DEPTH} levels deep (MAX_JSON_DEPTH)"
     if isinstance(value, dict):
         for key, item in value.items():
-            problem = unstorable(key) if isinstance(key, str) else None
-            if problem := problem or unstorable(item):
+            problem = _unstorable(key, depth_left) if isinstance(key, str) else None
+            if problem := problem or _unstorable(item, depth_left - 1):
                 return problem
         return None
     if isinstance(value, (list, tuple)):
         for item in value:
-            if problem := unstorable(item):
+            if problem := _unstorable(item, depth_left - 1):
                 return problem
     return None
 
@@ -232,6 +246,9 @@ def _tool_calls(tool_calls: Any, role: str) -> list | None:
             raise InvalidMessage("tool_calls", f"call {i} needs function.name")
         if not isinstance(function.get("arguments", ""), str):
             raise InvalidMessage("tool_calls", f"call {i}: function.arguments must be a JSON string")
+        if function.get("arguments", "").startswith(ENCRYPTED_PREFIX):
+            raise InvalidMessage("tool_calls", f"call {i}: function.arguments must not start with "
+                                               f"{ENCRYPTED_PREFIX!r} (marks encrypted text)")
     return tool_calls
 
 

@@ -21,6 +21,12 @@ def database_config(base_dir: Path) -> dict:
         config = dj_database_url.parse(url, conn_max_age=int(os.environ.get("CONN_MAX_AGE", "0")))
     else:
         config = embedded_postgres(Path(os.environ.get("MEMORY_PGDATA", base_dir / ".pgdata")))
+    # --- connection reuse (web server and workers) ---
+    # CONN_MAX_AGE: seconds a connection is kept for later requests (0: one per request).
+    # CONN_HEALTH_CHECKS: a kept connection is checked before reuse, so one the database dropped
+    # (a restart) is replaced at once instead of failing the next request on it.
+    config["CONN_MAX_AGE"] = int(os.environ.get("CONN_MAX_AGE", config.get("CONN_MAX_AGE") or 0))
+    config["CONN_HEALTH_CHECKS"] = os.environ.get("CONN_HEALTH_CHECKS", "1") == "1"
     if config["ENGINE"] == "django.db.backends.sqlite3":
         # Appenders wait for the write lock instead of failing at once.
         config.setdefault("OPTIONS", {}).setdefault("timeout", 30)

@@ -4,20 +4,25 @@ Every error body has the same shape: ``{"detail": "...", "code": "..."}``, plus 
 ``index`` for a message of a batch) and ``errors`` (``{field: [messages]}``) when a field is at
 fault, and the versions involved for a snapshot conflict. The adapter's typed errors map to
 statuses through ``ERROR_STATUS``; DRF's own errors (validation, authentication, throttling,
-404) are reshaped to the same body.
+404) are reshaped to the same body; a body over ``DATA_UPLOAD_MAX_MEMORY_SIZE`` is a 413 and an
+unavailable database a 503 with ``Retry-After``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Any
 
+from django.core.exceptions import RequestDataTooBig
+from django.db import InterfaceError, OperationalError
 from rest_framework import exceptions as drf_exceptions
 from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from ..exceptions import (
+    DecryptionFailed,
     InvalidCursor,
     InvalidExport,
     InvalidMessage,
@@ -29,6 +34,11 @@ from ..exceptions import (
     SessionNotFound,
     SnapshotConflict,
 )
+
+logger = logging.getLogger("memory_app")
+
+#: Seconds a client is asked to wait (Retry-After) when the database is unavailable.
+DATABASE_RETRY_AFTER = 1
 
 #: Status and machine-readable code of each adapter error (looked up along the class's MRO,
 #: so a new subclass inherits its parent's mapping until it gets its own line here).
@@ -42,6 +52,8 @@ ERROR_STATUS: dict[type[MemoryStoreError], tuple[int, str]] = {
     InvalidSession: (status.HTTP_400_BAD_REQUEST, "invalid_session"),
     SessionNotFound: (status.HTTP_404_NOT_FOUND, "not_found"),
     SessionExists: (status.HTTP_409_CONFLICT, "session_exists"),
+    # A server misconfiguration (encryption keys), not the client's fault.
+    DecryptionFailed: (status.HTTP_500_INTERNAL_SERVER_ERROR, "decryption_failed"),
     SnapshotConflict: (status.HTTP_409_CONFLICT, "snapshot_conflict"),
 }
 
@@ -50,6 +62,19 @@ def memory_exception_handler(exc: Exception, context: dict[str, Any]) -> Respons
     """DRF exception handler of the memory API views (set on the views, not project-wide)."""
     if isinstance(exc, MemoryStoreError):
         return _store_error_response(exc)
+    if isinstance(exc, (OperationalError, InterfaceError)):
+        # The database is down, restarting or dropped the connection (Django reconnects on the
+        # next request): a retryable 503, not a 500. Nothing was half stored: writes are atomic.
+        logger.warning("memory API: database unavailable: %s", exc, exc_info=exc)
+        return Response({"detail": "The database is unavailable; retry shortly.",
+                         "code": "database_unavailable"},
+                        status=status.HTTP_503_SERVICE_UNAVAILABLE,
+                        headers={"Retry-After": str(DATABASE_RETRY_AFTER)})
+    if isinstance(exc, RequestDataTooBig):
+        # Django raises it on reading a body over DATA_UPLOAD_MAX_MEMORY_SIZE; left alone it
+        # would become Django's HTML "400 Bad Request" page.
+        return Response({"detail": f"The request body is too large: {exc}", "code": "request_too_large"},
+                        status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
     response = drf_exception_handler(exc, context)
     if response is None:
         return None  # a real bug: let Django answer 500 and log it
@@ -59,6 +84,8 @@ def memory_exception_handler(exc: Exception, context: dict[str, Any]) -> Respons
 
 def _store_error_response(exc: MemoryStoreError) -> Response:
     http_status, code = next(ERROR_STATUS[cls] for cls in type(exc).__mro__ if cls in ERROR_STATUS)
+    if http_status >= 500:
+        logger.error("memory API: %s", exc, exc_info=exc)
     body: dict[str, Any] = {"detail": str(exc), "code": code}
     field = getattr(exc, "field", None)
     if field:

@@ -348,6 +348,35 @@ class SessionExportSerializer(serializers.Serializer):
         return instance
 
 
+# -- per owner: export and erase ---------------------------------------------------------------
+
+class OwnerExportSerializer(serializers.Serializer):
+    """Every session of the requesting user; each restores with POST `sessions/import/`."""
+
+    format = serializers.ChoiceField(choices=["memory_app.owner"])
+    version = serializers.ChoiceField(choices=[1])
+    owner = serializers.DictField(help_text="`{\"id\": ...}`: whose sessions these are.")
+    exported_at = serializers.DateTimeField()
+    sessions = SessionExportSerializer(many=True)
+
+
+class OwnerEraseSerializer(StrictFieldsMixin, serializers.Serializer):
+    confirm = serializers.ChoiceField(
+        choices=["erase"],
+        help_text='Must be "erase": nothing is erased without it.',
+    )
+
+
+class ErasedRowsSerializer(serializers.Serializer):
+    sessions = serializers.IntegerField(help_text="Sessions deleted.")
+    messages = serializers.IntegerField(help_text="Messages deleted.")
+    snapshots = serializers.IntegerField(help_text="Snapshots deleted.")
+    embeddings = serializers.IntegerField(help_text="Embeddings deleted.")
+
+    def to_representation(self, instance) -> dict[str, Any]:
+        return instance.as_dict()
+
+
 # -- errors ------------------------------------------------------------------------------------
 
 class ErrorSerializer(serializers.Serializer):

@@ -2,11 +2,12 @@
 
 from rest_framework.routers import SimpleRouter
 
-from .views import SessionViewSet
+from .views import OwnerViewSet, SessionViewSet
 
 app_name = "memory_api"
 
 router = SimpleRouter()
 router.register("sessions", SessionViewSet, basename="session")
+router.register("owner", OwnerViewSet, basename="owner")  # owner/export/, owner/erase/
 
 urlpatterns = router.urls

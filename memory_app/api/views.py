@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.http import QueryDict
+from django.http import QueryDict, StreamingHttpResponse
 from django.utils.module_loading import import_string
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
@@ -23,11 +23,10 @@ from drf_spectacular.utils import (
 )
 from rest_framework import filters, serializers, status
 from rest_framework.decorators import action
-from rest_framework.parsers import JSONParser
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.viewsets import GenericViewSet
+from rest_framework.viewsets import GenericViewSet, ViewSet
 
 from ..conf import memory_settings
 from ..exceptions import InvalidMessage, SessionExists
@@ -36,6 +35,7 @@ from ..models import Session
 from . import serializers as s
 from .exceptions import memory_exception_handler
 from .pagination import SessionCursorPagination, next_messages_link
+from .parsers import MemoryJSONParser
 
 # -- documented error responses ------------------------------------------------------------------
 
@@ -44,6 +44,9 @@ AUTH_ERRORS = {
     401: OpenApiResponse(_ERROR, description="Not authenticated (token authentication)."),
     403: OpenApiResponse(_ERROR, description="Not authenticated (session authentication) or not allowed."),
     429: OpenApiResponse(_ERROR, description="Throttled: retry after the Retry-After header's seconds."),
+    # Not about authentication, but every operation may answer it, like the ones above.
+    503: OpenApiResponse(_ERROR, description="The database is unavailable (code "
+                                             "database_unavailable): retry after Retry-After seconds."),
 }
 NOT_FOUND = {
     404: OpenApiResponse(_ERROR, description="No such session for this user (another owner's session "
@@ -51,7 +54,11 @@ NOT_FOUND = {
 }
 BAD_INPUT = {400: OpenApiResponse(_ERROR, description="Bad input: `field` (and `index` in a batch) says "
                                                       "what and `errors` why.")}
-UNSUPPORTED = {415: OpenApiResponse(_ERROR, description="The body must be JSON.")}
+UNSUPPORTED = {
+    415: OpenApiResponse(_ERROR, description="The body must be JSON."),
+    413: OpenApiResponse(_ERROR, description="The body is larger than the server accepts "
+                                             "(Django's DATA_UPLOAD_MAX_MEMORY_SIZE)."),
+}
 SESSION_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="The session's id.")
 
 
@@ -75,7 +82,7 @@ class MemoryAPIMixin:
     """Policies shared by the memory API views: JSON only, the app's permission and throttle
     settings, the owner scope, and the one exception handler."""
 
-    parser_classes = [JSONParser]
+    parser_classes = [MemoryJSONParser]
     renderer_classes = [JSONRenderer]
 
     def get_permissions(self) -> list:
@@ -359,4 +366,38 @@ class SessionViewSet(MemoryAPIMixin, GenericViewSet):
         return Response(s.SessionSerializer(memory.info()).data)
 
 
-__all__ = ["MemoryAPIMixin", "SessionViewSet"]
+# -- per owner: export and erase everything of the requesting user (memory_app.owners) ------------
+
+@extend_schema_view(
+    export=extend_schema(
+        summary="Export all your memory",
+        description="Every session you own (messages, snapshots, metadata) as one JSON document, "
+                    "streamed. Each element of `sessions` restores with POST `sessions/import/`.",
+        responses={200: s.OwnerExportSerializer, **AUTH_ERRORS},
+    ),
+    erase=extend_schema(
+        summary="Erase all your memory",
+        description="Deletes every session you own with its messages, snapshots, embeddings "
+                    "and metadata, in one transaction. Requires `{\"confirm\": \"erase\"}`.",
+        request=s.OwnerEraseSerializer,
+        examples=[OpenApiExample("Confirm", request_only=True, value={"confirm": "erase"})],
+        responses={200: s.ErasedRowsSerializer, **_errors(BAD_INPUT, UNSUPPORTED)},
+    ),
+)
+class OwnerViewSet(MemoryAPIMixin, ViewSet):
+    """The requesting user's memory as a whole. Always the requester's own, for staff too."""
+
+    @action(detail=False, methods=["get"])
+    def export(self, request: Request) -> StreamingHttpResponse:
+        response = StreamingHttpResponse(Memory.iter_owner_export(request.user),
+                                         content_type="application/json")
+        response["Content-Disposition"] = 'attachment; filename="memory-export.json"'
+        return response
+
+    @action(detail=False, methods=["post"])
+    def erase(self, request: Request) -> Response:
+        _validated(s.OwnerEraseSerializer, request.data)
+        return Response(s.ErasedRowsSerializer(Memory.erase_owner(request.user)).data)
+
+
+__all__ = ["MemoryAPIMixin", "OwnerViewSet", "SessionViewSet"]

@@ -25,6 +25,8 @@ OPERATIONS = {
     ("/api/memory/sessions/{id}/snapshot/", "get"), ("/api/memory/sessions/{id}/snapshot/", "post"),
     ("/api/memory/sessions/{id}/export/", "get"),
     ("/api/memory/sessions/{id}/clear/", "post"),
+    # per owner (memory_app.owners)
+    ("/api/memory/owner/export/", "get"), ("/api/memory/owner/erase/", "post"),
 }
 
 

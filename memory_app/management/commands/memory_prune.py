@@ -12,6 +12,7 @@ from django.utils import timezone
 from tqdm import tqdm
 
 from memory_app.models import Session
+from memory_app.owners import delete_session_rows
 
 DURATION = re.compile(r"^(\d+)([smhdw])$")
 UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
@@ -56,7 +57,10 @@ class Command(BaseCommand):
                     ids = list(doomed.order_by("pk").values_list("pk", flat=True)[:batch_size])
                     if not ids:
                         break
-                    Session.objects.filter(pk__in=ids).delete()
+                    batch = Session.objects.filter(pk__in=ids)
+                    list(batch.select_for_update().values_list("pk", flat=True))
+                    # One DELETE per table: the deletion collector would load every message.
+                    delete_session_rows(batch)
                 deleted += len(ids)
                 bar.update(len(ids))
         self.stdout.write(f"Deleted {deleted} session(s).")

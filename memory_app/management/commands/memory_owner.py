@@ -1,0 +1,101 @@
+"""Export or erase everything one owner has in the memory store.
+
+    python manage.py memory_owner export alice --out alice.json
+    python manage.py memory_owner erase alice --yes
+
+USER is the user's username (their ``USERNAME_FIELD``), or ``--id`` for a primary key. The export
+streams (a batch of messages at a time) to a temporary file renamed into place at the end, so an
+interrupted export never leaves a truncated file under the name asked for. The erase is one
+transaction: all of the owner's rows go, or none.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError
+from tqdm import tqdm
+
+from memory_app.memory import Memory
+from memory_app.owners import owner_summary
+
+
+class Command(BaseCommand):
+    help = "Export (export USER --out FILE) or erase (erase USER --yes) one owner's memory."
+
+    def add_arguments(self, parser):
+        actions = parser.add_subparsers(dest="action", required=True, metavar="{export,erase}")
+        export = actions.add_parser("export", help="Write every session of USER to a JSON file.")
+        erase = actions.add_parser("erase", help="Delete every session of USER, with everything "
+                                                 "under them, in one transaction.")
+        for sub in (export, erase):
+            sub.add_argument("user", help="The owner's username (or primary key with --id).")
+            sub.add_argument("--id", action="store_true", help="USER is a primary key.")
+            sub.add_argument("--no-progress", action="store_true", help="No progress bar.")
+        export.add_argument("--out", required=True, help="File to write; '-' for standard output.")
+        export.add_argument("--batch-size", type=int, default=1000,
+                            help="Messages read per query (default 1000).")
+        erase.add_argument("--yes", action="store_true",
+                           help="Really erase (without it, only say what would be erased).")
+
+    def handle(self, *args, action: str, user: str, id: bool, no_progress: bool, **options):
+        owner = self._owner(user, by_pk=id)
+        if action == "export":
+            self._export(owner, options["out"], options["batch_size"], no_progress)
+        else:
+            self._erase(owner, options["yes"], no_progress)
+
+    def _owner(self, user: str, *, by_pk: bool):
+        User = get_user_model()
+        try:
+            if by_pk:
+                return User._default_manager.get(pk=user)
+            return User._default_manager.get_by_natural_key(user)
+        except (User.DoesNotExist, ValueError):
+            raise CommandError(f"no user {user!r}") from None
+
+    def _export(self, owner, out: str, batch_size: int, no_progress: bool) -> None:
+        if batch_size < 1:
+            raise CommandError("--batch-size must be at least 1")
+        total = owner_summary(owner)
+        with tqdm(total=total["messages"], unit="msg", disable=no_progress or out == "-",
+                  file=sys.stderr) as bar:
+            chunks = Memory.iter_owner_export(owner, batch_size=batch_size, progress=bar.update)
+            if out == "-":
+                for chunk in chunks:
+                    self.stdout.write(chunk, ending="")
+                self.stdout.write("")
+                return
+            target = Path(out)
+            fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or ".")
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                    for chunk in chunks:
+                        fh.write(chunk)
+                os.replace(tmp, target)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+        self.stdout.write(f"Exported {total['sessions']} session(s), {total['messages']} "
+                          f"message(s) of {owner.get_username()} to {out}.")
+
+    def _erase(self, owner, yes: bool, no_progress: bool) -> None:
+        total = owner_summary(owner)
+        what = f"{total['sessions']} session(s) and {total['messages']} message(s) of {owner.get_username()}"
+        if not yes:
+            raise CommandError(f"would erase {what}; pass --yes to erase them")
+        with tqdm(total=4, unit="table", disable=no_progress, file=sys.stderr) as bar:
+            def step(table: str, rows: int) -> None:
+                bar.set_postfix_str(f"{table}: {rows}")
+                bar.update(1)
+
+            erased = Memory.erase_owner(owner, progress=step)
+        self.stdout.write(
+            f"Erased {erased.sessions} session(s), {erased.messages} message(s), "
+            f"{erased.snapshots} snapshot(s) and {erased.embeddings} embedding(s) of "
+            f"{owner.get_username()}."
+        )

@@ -1,0 +1,198 @@
+"""Everything one owner has: export it, or erase it in one transaction.
+
+``Memory.export_owner(user)`` / ``Memory.erase_owner(user)`` are the entry points (the
+``memory_owner`` command and the ``owner/export/`` and ``owner/erase/`` API endpoints call
+them). An owner export is a list of session exports in the format ``SessionMemory.export()``
+writes, so each one can be restored with ``Memory.import_session``.
+
+Deleting sessions goes through ``delete_session_rows``: one ``DELETE`` per table, children
+first (embeddings, messages, snapshots, sessions), instead of Django's deletion collector,
+which loads every message of a session into memory to find what cascades from it.
+``SessionMemory.clear()`` and ``delete()`` use it too.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import connections, router, transaction
+from django.db.models import QuerySet, Sum
+from django.utils import timezone
+
+from .exceptions import InvalidOwner
+from .models import Embedding, Message, Session, Snapshot
+
+OWNER_EXPORT_FORMAT = "memory_app.owner"
+OWNER_EXPORT_VERSION = 1
+
+#: Messages read per query while exporting.
+EXPORT_BATCH_SIZE = 1000
+
+
+@dataclass(frozen=True)
+class ErasedRows:
+    """How many rows of each table an erase (or a session delete) removed."""
+
+    sessions: int = 0
+    messages: int = 0
+    snapshots: int = 0
+    embeddings: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+def owner_pk(owner: Any) -> Any:
+    """The primary key of ``owner`` (a user or a primary key); refuses "no owner" and ANY_OWNER.
+
+    Ownerless sessions belong to nobody, so there is nobody to export them to or erase them for.
+    """
+    from .memory import ANY_OWNER
+
+    if owner is None or owner is ANY_OWNER or isinstance(owner, bool):
+        raise InvalidOwner("an owner (a user or its primary key) is required; "
+                           "ownerless sessions belong to nobody")
+    return getattr(owner, "pk", owner)
+
+
+# -- deleting ----------------------------------------------------------------------------------
+
+def delete_session_rows(sessions: QuerySet, *, keep_sessions: bool = False,
+                        owner_id: Any = None,
+                        progress: Callable[[str, int], None] | None = None) -> ErasedRows:
+    """Delete everything under ``sessions`` (a Session queryset), and the sessions themselves
+    unless ``keep_sessions``: one DELETE per table, children first, nothing loaded into memory.
+
+    Call it inside a transaction that holds the sessions' row locks. ``owner_id`` also deletes
+    embeddings filed under that owner whatever their session. ``progress(table, rows)`` is
+    called after each table.
+    """
+    using = router.db_for_write(Session)
+    ids = sessions.values("pk")
+    counts: dict[str, int] = {}
+
+    def gone(name: str, queryset: QuerySet) -> None:
+        # QuerySet._raw_delete is the one-statement DELETE Django's own collector uses for
+        # "fast deletes"; we can use it because we delete the dependent tables first ourselves.
+        counts[name] = queryset._raw_delete(using)
+        if progress is not None:
+            progress(name, counts[name])
+
+    embeddings = Embedding.objects.filter(session_id__in=ids)
+    gone("embeddings", embeddings)
+    if owner_id is not None:
+        counts["embeddings"] += Embedding.objects.filter(owner_id=owner_id)._raw_delete(using)
+    gone("messages", Message.objects.filter(session_id__in=ids))
+    gone("snapshots", Snapshot.objects.filter(session_id__in=ids))
+    if not keep_sessions:
+        gone("sessions", Session.objects.filter(pk__in=ids))
+    return ErasedRows(**counts)
+
+
+def erase_owner(owner: Any, *, progress: Callable[[str, int], None] | None = None) -> ErasedRows:
+    """Delete every session of ``owner`` with its messages, snapshots, embeddings and metadata,
+    in one transaction; returns the rows removed per table. Other owners' rows are untouched.
+
+    The owner's user row is locked first (``FOR UPDATE`` on PostgreSQL), so a session being
+    created for them meanwhile waits for the erase and lands after it, never half inside it;
+    their sessions are locked too, so an append in flight either committed before (and is
+    erased) or fails afterwards with ``SessionNotFound``.
+    """
+    pk = owner_pk(owner)
+    using = router.db_for_write(Session)
+    with transaction.atomic(using=using):
+        list(get_user_model()._default_manager.using(using).select_for_update()
+             .filter(pk=pk).values_list("pk", flat=True))
+        sessions = Session.objects.using(using).filter(owner_id=pk)
+        list(sessions.select_for_update().order_by("pk").values_list("pk", flat=True))
+        return delete_session_rows(sessions, owner_id=pk, progress=progress)
+
+
+# -- exporting ---------------------------------------------------------------------------------
+
+@contextmanager
+def _consistent_reads(using: str) -> Iterator[None]:
+    """A transaction whose reads all see one snapshot of the database.
+
+    On PostgreSQL that needs REPEATABLE READ, set as the transaction's first statement, which
+    is only possible when this is the outermost transaction; inside a caller's transaction the
+    caller's isolation applies. SQLite transactions read one snapshot anyway.
+    """
+    connection = connections[using]
+    outermost = not connection.in_atomic_block
+    with transaction.atomic(using=using):
+        if outermost and connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        yield
+
+
+def owner_summary(owner: Any) -> dict[str, int]:
+    """``{"sessions": n, "messages": n}`` of ``owner`` now (stored counters: no scan)."""
+    totals = Session.objects.filter(owner_id=owner_pk(owner)).aggregate(
+        messages=Sum("message_count"))
+    return {"sessions": Session.objects.filter(owner_id=owner_pk(owner)).count(),
+            "messages": totals["messages"] or 0}
+
+
+def iter_owner_export(owner: Any, *, batch_size: int = EXPORT_BATCH_SIZE,
+                      progress: Callable[[int], None] | None = None) -> Iterator[str]:
+    """The owner's export as JSON text, in pieces: a session's messages are read and written
+    ``batch_size`` at a time, so memory use does not grow with the owner's history.
+
+    Everything is read in one transaction (one snapshot on PostgreSQL). ``progress(messages)``
+    is called after each batch. ``json.loads("".join(...))`` equals ``export_owner(owner)``.
+    """
+    from .memory import (
+        EXPORT_FORMAT,
+        EXPORT_VERSION,
+        SessionMemory,
+        export_message,
+        export_session_fields,
+        export_snapshot,
+    )
+
+    pk = owner_pk(owner)
+    using = router.db_for_read(Session)
+
+    def dumps(value: Any) -> str:
+        return json.dumps(value, cls=DjangoJSONEncoder, ensure_ascii=False)
+
+    with _consistent_reads(using):
+        head = {"format": OWNER_EXPORT_FORMAT, "version": OWNER_EXPORT_VERSION,
+                "owner": {"id": pk}, "exported_at": timezone.now().isoformat()}
+        yield dumps(head)[:-1] + ', "sessions": ['
+        sessions = Session.objects.filter(owner_id=pk).order_by("created_at", "pk")
+        for index, session in enumerate(sessions.iterator(chunk_size=100)):
+            memory = SessionMemory(session)
+            fields = export_session_fields(session)
+            yield ("," if index else "") + dumps(
+                {"format": EXPORT_FORMAT, "version": EXPORT_VERSION, "session": fields}
+            )[:-1] + ', "messages": ['
+            after, first = 0, True
+            while True:
+                # Bounded by next_seq as read above: a message appended since is not half in.
+                batch = memory.messages(after=after, before=session.next_seq, limit=batch_size)
+                if not batch:
+                    break
+                yield ("" if first else ",") + ",".join(dumps(export_message(m)) for m in batch)
+                first = False
+                after = batch[-1].cursor
+                if progress is not None:
+                    progress(len(batch))
+            yield '], "snapshots": ' + dumps([export_snapshot(v) for v in memory.snapshots()]) + "}"
+        yield "]}"
+
+
+def export_owner(owner: Any) -> dict[str, Any]:
+    """Every session of ``owner`` (messages, snapshots, metadata) as JSON-serialisable data:
+    ``{"format": "memory_app.owner", "version": 1, "owner": {"id": ...}, "exported_at": ...,
+    "sessions": [<SessionMemory.export()>, ...]}``. For large owners prefer
+    ``iter_owner_export``, which streams."""
+    return json.loads("".join(iter_owner_export(owner)))
