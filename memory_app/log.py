@@ -4,21 +4,29 @@ On PostgreSQL an append is one statement: a CTE bumps the session's counters (ta
 lock, which serialises concurrent appenders) and inserts the messages with the cursors it
 handed out. Other databases take the same lock with an UPDATE, then bulk-insert, in one
 transaction. A failed statement rolls both back, so a cursor is never skipped.
+
+The hot paths on PostgreSQL (append, last N, the pages a window reads) skip the ORM's query
+compiler: their SQL is built once from the models' metadata and sent with server-side
+parameter binding (one fixed statement text whatever the batch size, so the server can reuse
+a prepared plan when the project enables ``prepare_threshold``). They still go through
+Django's cursor wrapper, so transactions, error translation, query logging and
+``execute_wrapper`` hooks see them like any other query.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
+from functools import cache
 
 from django.db import IntegrityError, connections, router, transaction
 from django.db.models import F
 from django.utils import timezone
 
 from .exceptions import SessionNotFound
-from .models import Message, Session
+from .models import Message, Session, Snapshot
 from .tokens import count_message
-from .types import StoredMessage
+from .types import SnapshotView, StoredMessage
 from .validation import NewMessage
 
 ROW_FIELDS = (
@@ -60,10 +68,12 @@ def append(session_id, messages: list[NewMessage]) -> list[StoredMessage]:
 
 def _append_idempotent(session_id, messages, tokens) -> list[StoredMessage]:
     keys = [m.idempotency_key for m in messages if m.idempotency_key]
-    existing = {
-        m.idempotency_key: m
-        for m in rows(Message.objects.filter(session_id=session_id, idempotency_key__in=keys))
-    }
+    connection = connections[router.db_for_read(Message)]
+    if connection.vendor == "postgresql":
+        found = _fetch(connection, _sql().by_keys, [session_id, keys])
+    else:
+        found = rows(Message.objects.filter(session_id=session_id, idempotency_key__in=keys))
+    existing = {m.idempotency_key: m for m in found}
     fresh = [(m, t) for m, t in zip(messages, tokens, strict=True) if m.idempotency_key not in existing]
     stored = iter(_insert(session_id, [m for m, _ in fresh], [t for _, t in fresh]) if fresh else [])
     return [existing[m.idempotency_key] if m.idempotency_key in existing else next(stored) for m in messages]
@@ -81,67 +91,201 @@ def _insert(session_id, messages: list[NewMessage], tokens: list[int]) -> list[S
     return stored
 
 
-_PG_COLUMNS = (
-    "role", "content", "content_parts", "name", "tool_calls", "tool_call_id", "extra",
-    "metadata", "token_count", "remember", "idempotency_key",
-)
-_PG_JSON = {"content_parts", "tool_calls", "extra", "metadata"}
+# -- PostgreSQL: fixed SQL, server-side binding ---------------------------------------------
+
+_COLUMNS = ", ".join(ROW_FIELDS)
+# Columns of the JSON fields in ROW_FIELDS order; Django has psycopg hand jsonb over as text.
+_JSON_AT = (3, 5, 7, 8)
 
 
-def _insert_postgresql(connection, session_id, messages, tokens) -> list[StoredMessage]:
-    session_table = Session._meta.db_table
-    message_table = Message._meta.db_table
-    n = len(messages)
-    values_sql = ", ".join(["(%s::bigint, " + ", ".join(["%s"] * len(_PG_COLUMNS)) + ")"] * n)
-    params: list = [n, n, sum(tokens), sum(tokens), timezone.now(), session_id, n, session_id]
-    for ordinal, (message, token_count) in enumerate(zip(messages, tokens, strict=True)):
-        params.append(ordinal)
-        for column in _PG_COLUMNS:
-            if column == "token_count":
-                value = token_count
-            else:
-                value = getattr(message, column)
-            if column in _PG_JSON:
-                value = None if value is None else json.dumps(value)
-            params.append(value)
-    select_columns = ", ".join(
-        f"v.{c}::jsonb" if c in _PG_JSON else
-        ("v.token_count::integer" if c == "token_count" else
-         ("v.remember::boolean" if c == "remember" else f"v.{c}"))
-        for c in _PG_COLUMNS
-    )
-    returning = ", ".join(ROW_FIELDS)
-    sql = f"""
-        WITH bumped AS (
-            UPDATE {session_table}
-               SET next_seq = next_seq + %s,
-                   message_count = message_count + %s,
-                   token_count = token_count + %s,
-                   tokens_since_snapshot = tokens_since_snapshot + %s,
-                   updated_at = %s
-             WHERE id = %s
-         RETURNING next_seq - %s AS first_seq
-        )
-        INSERT INTO {message_table} (session_id, seq, {", ".join(_PG_COLUMNS)})
-        SELECT %s, bumped.first_seq + v.ordinal, {select_columns}
-          FROM bumped, (VALUES {values_sql}) AS v(ordinal, {", ".join(_PG_COLUMNS)})
-        RETURNING {returning}
+class _Statements:
+    """The hot statements, written once from the models' table names."""
+
+    def __init__(self) -> None:
+        session = Session._meta.db_table
+        message = Message._meta.db_table
+        snapshot = Snapshot._meta.db_table
+        bump = f"""
+            WITH bumped AS (
+                UPDATE {session}
+                   SET next_seq = next_seq + %s,
+                       message_count = message_count + %s,
+                       token_count = token_count + %s,
+                       tokens_since_snapshot = tokens_since_snapshot + %s,
+                       updated_at = %s
+                 WHERE id = %s
+             RETURNING next_seq - %s AS first_seq
+            )
+            INSERT INTO {message} (session_id, seq, role, content, content_parts, name, tool_calls,
+                                   tool_call_id, extra, metadata, token_count, remember,
+                                   idempotency_key)
+        """
+        # A single message travels as plain parameters (the cheapest plan for one row) ...
+        self.append_one = bump + """
+            SELECT %s, bumped.first_seq, %s, %s, %s::jsonb, %s, %s::jsonb, %s, %s::jsonb,
+                   %s::jsonb, %s::integer, %s::boolean, %s
+              FROM bumped
+            RETURNING seq, created_at, id
+        """
+        # ... a batch as one array per column, so the statement text (and a prepared plan)
+        # never depends on the batch size and the parameters stay few.
+        self.append_many = bump + """
+            SELECT %s, bumped.first_seq + v.ordinal - 1, v.role, v.content, v.content_parts::jsonb,
+                   v.name, v.tool_calls::jsonb, v.tool_call_id, v.extra::jsonb, v.metadata::jsonb,
+                   v.token_count, v.remember, v.idempotency_key
+              FROM bumped,
+                   unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[],
+                          %s::text[], %s::text[], %s::integer[], %s::boolean[], %s::text[])
+                   WITH ORDINALITY AS v(role, content, content_parts, name, tool_calls,
+                                        tool_call_id, extra, metadata, token_count, remember,
+                                        idempotency_key, ordinal)
+            RETURNING seq, created_at, id
+        """
+        self.newest = f"""
+            SELECT {_COLUMNS} FROM {message}
+             WHERE session_id = %s AND seq > %s AND seq < %s
+             ORDER BY seq DESC LIMIT %s
+        """
+        self.by_keys = f"""
+            SELECT {_COLUMNS} FROM {message}
+             WHERE session_id = %s AND idempotency_key = ANY(%s::text[])
+        """
+        self.system = f"""
+            SELECT {_COLUMNS} FROM {message}
+             WHERE session_id = %s AND role = 'system' ORDER BY seq
+        """
+        self.latest_snapshot = f"""
+            SELECT version, upto, summary, pinned, model, metadata, created_at FROM {snapshot}
+             WHERE session_id = %s ORDER BY version DESC LIMIT 1
+        """
+        # The first page of a window, newest first, after the latest snapshot. With a token
+        # budget the page holds what the session's average message size says will fit, with
+        # a margin (tool groups straddling the edge), so a big page is not read for a small
+        # budget; it is never more than ``page`` rows. Its size comes back with every row so
+        # the caller knows whether the log goes on.
+        self.window_page = f"""
+            WITH lim AS (
+                SELECT CASE WHEN %s::integer IS NULL OR s.message_count = 0 OR s.token_count = 0
+                            THEN %s::integer
+                            ELSE LEAST(%s::integer, 16 + CEIL(
+                                1.25 * %s::integer * s.message_count / s.token_count)::integer)
+                       END AS n,
+                       COALESCE((SELECT upto FROM {snapshot} WHERE session_id = s.id
+                                  ORDER BY version DESC LIMIT 1), 0) AS after
+                  FROM {session} s WHERE s.id = %s
+            )
+            SELECT {", ".join("m." + c for c in ROW_FIELDS)}, lim.n
+              FROM lim, LATERAL (
+                SELECT {_COLUMNS} FROM {message}
+                 WHERE session_id = %s AND seq > lim.after
+                 ORDER BY seq DESC LIMIT lim.n
+              ) m
+        """
+
+
+@cache
+def _sql() -> _Statements:
+    return _Statements()
+
+
+def _cursor(connection):
+    """A Django cursor wrapper over a server-side-binding psycopg cursor on ``connection``.
+
+    Django's own cursors bind parameters client-side unless the project opts in
+    (``OPTIONS["server_side_binding"]``); these statements always bind server-side.
     """
-    with connection.cursor() as cursor:
+    from psycopg import Cursor
+
+    connection.close_if_health_check_failed()
+    connection.ensure_connection()  # also refuses to run in an event loop (async_unsafe)
+    with connection.wrap_database_errors:
+        raw = Cursor(connection.connection)
+    if connection.queries_logged:
+        return connection.make_debug_cursor(raw)
+    return connection.make_cursor(raw)
+
+
+def _loads(text):
+    if text is None or isinstance(text, (dict, list)):
+        return text
+    return json.loads(text)
+
+
+def _message(row: Sequence) -> StoredMessage:
+    seq, role, content, parts, name, calls, call_id, extra, metadata, tokens, remember, key, created, pk = row[:14]
+    return StoredMessage(
+        cursor=seq, role=role, content=content,
+        content_parts=None if parts is None else _loads(parts),
+        name=name, tool_calls=None if calls is None else _loads(calls), tool_call_id=call_id,
+        extra=None if extra is None else _loads(extra),
+        metadata={} if metadata is None or metadata == "{}" else _loads(metadata),
+        tokens=tokens, remember=remember, idempotency_key=key, created_at=created, id=pk,
+    )
+
+
+def _fetch(connection, sql: str, params: Sequence) -> list[StoredMessage]:
+    with _cursor(connection) as cursor:
+        cursor.execute(sql, params)
+        return [_message(r) for r in cursor.fetchall()]
+
+
+def _json(value) -> str | None:
+    return None if value is None else json.dumps(value)
+
+
+def _insert_postgresql(connection, session_id, messages: list[NewMessage], tokens) -> list[StoredMessage]:
+    n = len(messages)
+    total = sum(tokens)
+    if n == 1:
+        m = messages[0]
+        sql = _sql().append_one
+        params = [
+            1, 1, total, total, timezone.now(), session_id, 1, session_id,
+            m.role, m.content, _json(m.content_parts), m.name, _json(m.tool_calls), m.tool_call_id,
+            _json(m.extra), json.dumps(m.metadata) if m.metadata else "{}", total, m.remember,
+            m.idempotency_key,
+        ]
+    else:
+        sql = _sql().append_many
+        params = _batch_params(session_id, messages, tokens)
+    with _cursor(connection) as cursor:
         cursor.execute(sql, params)
         result = cursor.fetchall()
     if not result:
         raise SessionNotFound(f"session {session_id} does not exist")
-    # Django has psycopg hand jsonb over as text (JSONField decodes it); do the same here.
-    json_positions = [ROW_FIELDS.index(c) for c in _PG_JSON]
-    decoded = []
-    for row in result:
-        row = list(row)
-        for i in json_positions:
-            if isinstance(row[i], str):
-                row[i] = json.loads(row[i])
-        decoded.append(from_row(row))
-    return sorted(decoded, key=lambda m: m.cursor)
+    # RETURNING order is not the insertion order: place each row by its cursor.
+    first = min(r[0] for r in result)
+    placed: list = [None] * n
+    for seq, created, pk in result:
+        placed[seq - first] = (seq, created, pk)
+    return [
+        StoredMessage(
+            cursor=seq, role=m.role, content=m.content, content_parts=m.content_parts,
+            name=m.name, tool_calls=m.tool_calls, tool_call_id=m.tool_call_id, extra=m.extra,
+            metadata=m.metadata, tokens=t, remember=m.remember, idempotency_key=m.idempotency_key,
+            created_at=created, id=pk,
+        )
+        for m, t, (seq, created, pk) in zip(messages, tokens, placed, strict=True)
+    ]
+
+
+def _batch_params(session_id, messages: list[NewMessage], tokens: list[int]) -> list:
+    n = len(messages)
+    total = sum(tokens)
+    return [
+        n, n, total, total, timezone.now(), session_id, n, session_id,
+        [m.role for m in messages],
+        [m.content for m in messages],
+        [_json(m.content_parts) for m in messages],
+        [m.name for m in messages],
+        [_json(m.tool_calls) for m in messages],
+        [m.tool_call_id for m in messages],
+        [_json(m.extra) for m in messages],
+        [json.dumps(m.metadata) if m.metadata else "{}" for m in messages],
+        tokens,
+        [m.remember for m in messages],
+        [m.idempotency_key for m in messages],
+    ]
 
 
 def _insert_generic(session_id, messages, tokens) -> list[StoredMessage]:
@@ -171,15 +315,81 @@ def _insert_generic(session_id, messages, tokens) -> list[StoredMessage]:
         return rows(Message.objects.filter(session_id=session_id, seq__gte=first).order_by("seq"))
 
 
-def newest_first(session_id, *, after: int, page: int) -> Iterator[StoredMessage]:
-    """Messages with cursor > ``after``, newest first, fetched ``page`` at a time (index scans)."""
-    before = None
+# -- reads ----------------------------------------------------------------------------------
+
+_NO_END = 2**63 - 1
+
+
+def newest(session_id, n: int) -> list[StoredMessage]:
+    """The newest ``n`` messages, newest first (one backward index scan)."""
+    connection = connections[router.db_for_read(Message)]
+    if connection.vendor == "postgresql":
+        return _fetch(connection, _sql().newest, [session_id, 0, _NO_END, n])
+    return rows(Message.objects.filter(session_id=session_id).order_by("-seq")[:n])
+
+
+def system_messages(session_id) -> list[StoredMessage]:
+    """Every stored system message of the session, in log order (a partial index serves it)."""
+    connection = connections[router.db_for_read(Message)]
+    if connection.vendor == "postgresql":
+        return _fetch(connection, _sql().system, [session_id])
+    return rows(Message.objects.filter(session_id=session_id, role="system").order_by("seq"))
+
+
+def newest_first(session_id, *, after: int, page: int, before: int | None = None) -> Iterator[StoredMessage]:
+    """Messages with cursor > ``after`` (and < ``before``), newest first, ``page`` at a time."""
+    connection = connections[router.db_for_read(Message)]
     while True:
-        qs = Message.objects.filter(session_id=session_id, seq__gt=after)
-        if before is not None:
-            qs = qs.filter(seq__lt=before)
-        chunk = rows(qs.order_by("-seq")[:page])
+        if connection.vendor == "postgresql":
+            chunk = _fetch(connection, _sql().newest,
+                           [session_id, after, _NO_END if before is None else before, page])
+        else:
+            qs = Message.objects.filter(session_id=session_id, seq__gt=after)
+            if before is not None:
+                qs = qs.filter(seq__lt=before)
+            chunk = rows(qs.order_by("-seq")[:page])
         yield from chunk
         if len(chunk) < page:
             return
         before = chunk[-1].cursor
+
+
+def window_source(session_id, *, page: int, max_tokens: int | None) -> tuple[
+        SnapshotView | None, list[StoredMessage], Iterator[StoredMessage]] | None:
+    """What a window is built from, read in one round trip on PostgreSQL.
+
+    Returns ``(latest snapshot, system messages, newest messages after the snapshot)``; the
+    last is lazy: pages after the first are read only if the window asks for them. ``None``
+    on other databases (the caller reads the parts one by one).
+    """
+    connection = connections[router.db_for_read(Message)]
+    if connection.vendor != "postgresql":
+        return None
+    statements = _sql()
+    connection.ensure_connection()
+    with connection.connection.pipeline():
+        # Three statements, one round trip.
+        with _cursor(connection) as snap_cursor, _cursor(connection) as system_cursor, \
+                _cursor(connection) as page_cursor:
+            snap_cursor.execute(statements.latest_snapshot, [session_id])
+            system_cursor.execute(statements.system, [session_id])
+            page_cursor.execute(statements.window_page,
+                                [max_tokens, page, page, max_tokens, session_id, session_id])
+            snap_row = snap_cursor.fetchone()
+            system = [_message(r) for r in system_cursor.fetchall()]
+            page_rows = page_cursor.fetchall()
+    snapshot = None
+    if snap_row is not None:
+        version, upto, summary, pinned, model, metadata, created = snap_row
+        snapshot = SnapshotView(version=version, upto=upto, summary=summary,
+                                pinned=list(_loads(pinned) or []), model=model,
+                                metadata=dict(_loads(metadata) or {}), created_at=created)
+    first_page = [_message(r) for r in page_rows]
+
+    def newest() -> Iterator[StoredMessage]:
+        yield from first_page
+        if first_page and len(first_page) == page_rows[0][14]:
+            yield from newest_first(session_id, after=snapshot.upto if snapshot else 0, page=page,
+                                    before=first_page[-1].cursor)
+
+    return snapshot, system, newest()

@@ -235,7 +235,7 @@ class SessionMemory:
     def last(self, n: int) -> list[StoredMessage]:
         """The newest ``n`` messages, oldest first."""
         n = _check_cursor(n, "n")
-        newest = log.rows(Message.objects.filter(session_id=self.session.pk).order_by("-seq")[:n])
+        newest = log.newest(self.session.pk, n)
         newest.reverse()
         return newest
 
@@ -262,13 +262,20 @@ class SessionMemory:
             max_messages = _check_cursor(max_messages, "max_messages")
         if max_tokens is not None:
             max_tokens = _check_cursor(max_tokens, "max_tokens")
-        snapshot = self.latest_snapshot()
-        after = snapshot.upto if snapshot else 0
-        # Every stored system message, covered by the snapshot or not: they are always kept.
-        system = log.rows(
-            Message.objects.filter(session_id=self.session.pk, role="system").order_by("seq")
-        )
         encoding = encoding_name_for_model(model)
+        page = page_size(max_messages)
+        # Snapshot, system messages (every stored one, covered by the snapshot or not: they
+        # are always kept) and the first page of the tail, in one round trip where possible.
+        source = log.window_source(
+            self.session.pk, page=page,
+            max_tokens=max_tokens if encoding == memory_settings.TOKEN_ENCODING else None,
+        )
+        if source is not None:
+            snapshot, system, newest = source
+        else:
+            snapshot = self.latest_snapshot()
+            system = log.system_messages(self.session.pk)
+            newest = log.newest_first(self.session.pk, after=snapshot.upto if snapshot else 0, page=page)
         if encoding == memory_settings.TOKEN_ENCODING:
             def cost(m: StoredMessage) -> int:
                 return m.tokens
@@ -278,7 +285,7 @@ class SessionMemory:
         return assemble_window(
             snapshot=snapshot,
             system_messages=system,
-            newest_first=log.newest_first(self.session.pk, after=after, page=page_size(max_messages)),
+            newest_first=newest,
             max_messages=max_messages,
             max_tokens=max_tokens,
             cost=cost,
