@@ -16,7 +16,9 @@ Django's cursor wrapper, so transactions, error translation, query logging and
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator, Sequence
+from dataclasses import fields
 from functools import cache
 
 from django.db import IntegrityError, connections, router, transaction
@@ -93,9 +95,8 @@ def _insert(session_id, messages: list[NewMessage], tokens: list[int]) -> list[S
 
 # -- PostgreSQL: fixed SQL, server-side binding ---------------------------------------------
 
-_COLUMNS = ", ".join(ROW_FIELDS)
-# Columns of the JSON fields in ROW_FIELDS order; Django has psycopg hand jsonb over as text.
-_JSON_AT = (3, 5, 7, 8)
+# Empty metadata (the common case) comes back as NULL: cheaper than decoding "{}" per row.
+_COLUMNS = ", ".join("NULLIF(metadata, '{}'::jsonb)" if f == "metadata" else f for f in ROW_FIELDS)
 
 
 class _Statements:
@@ -154,32 +155,16 @@ class _Statements:
             SELECT {_COLUMNS} FROM {message}
              WHERE session_id = %s AND role = 'system' ORDER BY seq
         """
-        self.latest_snapshot = f"""
-            SELECT version, upto, summary, pinned, model, metadata, created_at FROM {snapshot}
-             WHERE session_id = %s ORDER BY version DESC LIMIT 1
-        """
-        # The first page of a window, newest first, after the latest snapshot. With a token
-        # budget the page holds what the session's average message size says will fit, with
-        # a margin (tool groups straddling the edge), so a big page is not read for a small
-        # budget; it is never more than ``page`` rows. Its size comes back with every row so
-        # the caller knows whether the log goes on.
-        self.window_page = f"""
-            WITH lim AS (
-                SELECT CASE WHEN %s::integer IS NULL OR s.message_count = 0 OR s.token_count = 0
-                            THEN %s::integer
-                            ELSE LEAST(%s::integer, 16 + CEIL(
-                                1.25 * %s::integer * s.message_count / s.token_count)::integer)
-                       END AS n,
-                       COALESCE((SELECT upto FROM {snapshot} WHERE session_id = s.id
-                                  ORDER BY version DESC LIMIT 1), 0) AS after
-                  FROM {session} s WHERE s.id = %s
-            )
-            SELECT {", ".join("m." + c for c in ROW_FIELDS)}, lim.n
-              FROM lim, LATERAL (
-                SELECT {_COLUMNS} FROM {message}
-                 WHERE session_id = %s AND seq > lim.after
-                 ORDER BY seq DESC LIMIT lim.n
-              ) m
+        # The session's counters (to size a window's first page) and its latest snapshot.
+        self.window_head = f"""
+            SELECT s.message_count, s.token_count,
+                   snap.version, snap.upto, snap.summary, snap.pinned, snap.model, snap.metadata,
+                   snap.created_at
+              FROM {session} s
+              LEFT JOIN LATERAL (
+                SELECT * FROM {snapshot} WHERE session_id = s.id ORDER BY version DESC LIMIT 1
+              ) snap ON true
+             WHERE s.id = %s
         """
 
 
@@ -189,38 +174,47 @@ def _sql() -> _Statements:
 
 
 def _cursor(connection):
-    """A Django cursor wrapper over a server-side-binding psycopg cursor on ``connection``.
+    """A Django cursor wrapper over a psycopg cursor on ``connection`` that binds parameters
+    server-side and reads results in binary (psycopg decodes jsonb, timestamps and numbers in
+    C; Django's text-format timestamp loader is Python).
 
     Django's own cursors bind parameters client-side unless the project opts in
     (``OPTIONS["server_side_binding"]``); these statements always bind server-side.
     """
     from psycopg import Cursor
+    from psycopg.pq import Format
 
     connection.close_if_health_check_failed()
     connection.ensure_connection()  # also refuses to run in an event loop (async_unsafe)
     with connection.wrap_database_errors:
         raw = Cursor(connection.connection)
+    raw.format = Format.BINARY
     if connection.queries_logged:
         return connection.make_debug_cursor(raw)
     return connection.make_cursor(raw)
 
 
-def _loads(text):
-    if text is None or isinstance(text, (dict, list)):
-        return text
-    return json.loads(text)
+_STORED_FIELDS = tuple(f.name for f in fields(StoredMessage))
+_ROW_NAMES = ("cursor", *ROW_FIELDS[1:9], "tokens", *ROW_FIELDS[10:])
+# Reads build thousands of StoredMessages: filling the instance dict directly costs a fraction
+# of the frozen dataclass __init__ (one object.__setattr__ per field). Only while the row
+# holds exactly the dataclass's fields, in order, and instances have a __dict__.
+_DIRECT = _STORED_FIELDS == _ROW_NAMES and not hasattr(StoredMessage, "__slots__")
 
 
 def _message(row: Sequence) -> StoredMessage:
-    seq, role, content, parts, name, calls, call_id, extra, metadata, tokens, remember, key, created, pk = row[:14]
-    return StoredMessage(
-        cursor=seq, role=role, content=content,
-        content_parts=None if parts is None else _loads(parts),
-        name=name, tool_calls=None if calls is None else _loads(calls), tool_call_id=call_id,
-        extra=None if extra is None else _loads(extra),
-        metadata={} if metadata is None or metadata == "{}" else _loads(metadata),
-        tokens=tokens, remember=remember, idempotency_key=key, created_at=created, id=pk,
-    )
+    """A StoredMessage from a binary row in ``ROW_FIELDS`` order (jsonb already decoded)."""
+    if _DIRECT:
+        message = object.__new__(StoredMessage)
+        values = message.__dict__
+        values.update(zip(_ROW_NAMES, row, strict=False))  # window rows carry one more
+        if values["metadata"] is None:
+            values["metadata"] = {}
+        return message
+    values = dict(zip(_ROW_NAMES, row[:14], strict=True))
+    if values["metadata"] is None:
+        values["metadata"] = {}
+    return StoredMessage(**values)
 
 
 def _fetch(connection, sql: str, params: Sequence) -> list[StoredMessage]:
@@ -356,40 +350,39 @@ def newest_first(session_id, *, after: int, page: int, before: int | None = None
 
 def window_source(session_id, *, page: int, max_tokens: int | None) -> tuple[
         SnapshotView | None, list[StoredMessage], Iterator[StoredMessage]] | None:
-    """What a window is built from, read in one round trip on PostgreSQL.
+    """What a window is built from: ``(latest snapshot, system messages, newest messages after
+    the snapshot)``, the last lazy (pages after the first are read only if the window asks).
 
-    Returns ``(latest snapshot, system messages, newest messages after the snapshot)``; the
-    last is lazy: pages after the first are read only if the window asks for them. ``None``
-    on other databases (the caller reads the parts one by one).
+    Three short index reads on PostgreSQL. With a token budget the first page holds what the
+    session's average message size says will fit, with a margin for tool groups straddling
+    the edge, so a big page is not read for a small budget (never more than ``page`` rows).
+    ``None`` on other databases (the caller reads the parts through the ORM).
     """
     connection = connections[router.db_for_read(Message)]
     if connection.vendor != "postgresql":
         return None
     statements = _sql()
-    connection.ensure_connection()
-    with connection.connection.pipeline():
-        # Three statements, one round trip.
-        with _cursor(connection) as snap_cursor, _cursor(connection) as system_cursor, \
-                _cursor(connection) as page_cursor:
-            snap_cursor.execute(statements.latest_snapshot, [session_id])
-            system_cursor.execute(statements.system, [session_id])
-            page_cursor.execute(statements.window_page,
-                                [max_tokens, page, page, max_tokens, session_id, session_id])
-            snap_row = snap_cursor.fetchone()
-            system = [_message(r) for r in system_cursor.fetchall()]
-            page_rows = page_cursor.fetchall()
+    with _cursor(connection) as cursor:
+        cursor.execute(statements.window_head, [session_id])
+        head = cursor.fetchone()
+    if head is None:  # the session is gone: nothing to send
+        return None, [], iter(())
+    message_count, token_count, version, upto, summary, pinned, model, metadata, created = head
     snapshot = None
-    if snap_row is not None:
-        version, upto, summary, pinned, model, metadata, created = snap_row
+    if version is not None:
         snapshot = SnapshotView(version=version, upto=upto, summary=summary,
-                                pinned=list(_loads(pinned) or []), model=model,
-                                metadata=dict(_loads(metadata) or {}), created_at=created)
-    first_page = [_message(r) for r in page_rows]
+                                pinned=list(pinned or []), model=model,
+                                metadata=dict(metadata or {}), created_at=created)
+    first = page
+    if max_tokens is not None and message_count and token_count:
+        first = min(page, 16 + math.ceil(1.1 * max_tokens * message_count / token_count))
+    system = _fetch(connection, statements.system, [session_id])
+    after = snapshot.upto if snapshot else 0
+    first_page = _fetch(connection, statements.newest, [session_id, after, _NO_END, first])
 
     def newest() -> Iterator[StoredMessage]:
         yield from first_page
-        if first_page and len(first_page) == page_rows[0][14]:
-            yield from newest_first(session_id, after=snapshot.upto if snapshot else 0, page=page,
-                                    before=first_page[-1].cursor)
+        if len(first_page) == first:
+            yield from newest_first(session_id, after=after, page=page, before=first_page[-1].cursor)
 
     return snapshot, system, newest()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from collections.abc import Iterable
+from operator import attrgetter
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -265,7 +266,7 @@ class SessionMemory:
         encoding = encoding_name_for_model(model)
         page = page_size(max_messages)
         # Snapshot, system messages (every stored one, covered by the snapshot or not: they
-        # are always kept) and the first page of the tail, in one round trip where possible.
+        # are always kept) and the first page of the tail, with fixed SQL where possible.
         source = log.window_source(
             self.session.pk, page=page,
             max_tokens=max_tokens if encoding == memory_settings.TOKEN_ENCODING else None,
@@ -277,8 +278,7 @@ class SessionMemory:
             system = log.system_messages(self.session.pk)
             newest = log.newest_first(self.session.pk, after=snapshot.upto if snapshot else 0, page=page)
         if encoding == memory_settings.TOKEN_ENCODING:
-            def cost(m: StoredMessage) -> int:
-                return m.tokens
+            cost = attrgetter("tokens")  # the count cached at append
         else:
             def cost(m: StoredMessage) -> int:
                 return count_message(m.as_openai(), encoding)

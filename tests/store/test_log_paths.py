@@ -27,7 +27,7 @@ MIXED = [
 
 def stored_fields(m):
     return (m.cursor, m.role, m.content, m.content_parts, m.name, m.tool_calls, m.tool_call_id,
-            m.extra, m.metadata, m.tokens, m.remember, m.idempotency_key, m.id)
+            m.extra, m.metadata, m.tokens, m.remember, m.idempotency_key, m.id, m.created_at)
 
 
 def test_append_returns_exactly_what_is_stored(mem):
@@ -120,10 +120,21 @@ def test_hot_paths_are_single_round_trips(mem, django_assert_num_queries):
         mem.add_many([{"role": "user", "content": "hi"}] * 50)
     with django_assert_num_queries(1):
         mem.last(50)
-    # Snapshot, system messages and the tail's first page: three statements, one pipeline.
+    # Counters and snapshot, system messages, the tail's first page: three index reads.
     with django_assert_num_queries(3):
         mem.window(max_tokens=8000)
     assert connection.vendor == "postgresql"
+
+
+def test_rows_decode_the_same_with_and_without_the_direct_constructor(mem, monkeypatch):
+    from memory_app import log
+
+    mem.add_many(MIXED)
+    direct = mem.last(len(MIXED))
+    monkeypatch.setattr(log, "_DIRECT", False)
+    assert mem.last(len(MIXED)) == direct
+    assert direct[1].metadata == {"lang": "de"} and direct[0].metadata == {}
+    assert direct[0].metadata is not direct[2].metadata  # never a shared dict
 
 
 def test_reopened_handle_sees_the_same_log(mem, user):
