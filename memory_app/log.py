@@ -128,18 +128,18 @@ class _Statements:
               FROM bumped
             RETURNING seq, created_at, id
         """
-        # ... a batch as one array per column, so the statement text (and a prepared plan)
-        # never depends on the batch size and the parameters stay few.
+        # ... a batch as one JSON array of rows: one parameter, encoded by the json module's C
+        # encoder and decoded by the server, whatever the batch size (so the statement text,
+        # and a prepared plan, never depend on it).
         self.append_many = bump + """
-            SELECT %s, bumped.first_seq + v.ordinal - 1, v.role, v.content, v.content_parts::jsonb,
-                   v.name, v.tool_calls::jsonb, v.tool_call_id, v.extra::jsonb, v.metadata::jsonb,
-                   v.token_count, v.remember, v.idempotency_key
+            SELECT %s, bumped.first_seq + v.i, v.role, v.content, v.content_parts, v.name,
+                   v.tool_calls, v.tool_call_id, v.extra, COALESCE(v.metadata, '{}'::jsonb),
+                   v.token_count, COALESCE(v.remember, false), v.idempotency_key
               FROM bumped,
-                   unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[],
-                          %s::text[], %s::text[], %s::integer[], %s::boolean[], %s::text[])
-                   WITH ORDINALITY AS v(role, content, content_parts, name, tool_calls,
-                                        tool_call_id, extra, metadata, token_count, remember,
-                                        idempotency_key, ordinal)
+                   json_to_recordset(%s::json) AS v(
+                       i integer, role text, content text, content_parts jsonb, name text,
+                       tool_calls jsonb, tool_call_id text, extra jsonb, metadata jsonb,
+                       token_count integer, remember boolean, idempotency_key text)
             RETURNING seq, created_at, id
         """
         self.newest = f"""
@@ -266,20 +266,15 @@ def _insert_postgresql(connection, session_id, messages: list[NewMessage], token
 def _batch_params(session_id, messages: list[NewMessage], tokens: list[int]) -> list:
     n = len(messages)
     total = sum(tokens)
-    return [
-        n, n, total, total, timezone.now(), session_id, n, session_id,
-        [m.role for m in messages],
-        [m.content for m in messages],
-        [_json(m.content_parts) for m in messages],
-        [m.name for m in messages],
-        [_json(m.tool_calls) for m in messages],
-        [m.tool_call_id for m in messages],
-        [_json(m.extra) for m in messages],
-        [json.dumps(m.metadata) if m.metadata else "{}" for m in messages],
-        tokens,
-        [m.remember for m in messages],
-        [m.idempotency_key for m in messages],
+    batch = [
+        {"i": i, "role": m.role, "content": m.content, "content_parts": m.content_parts,
+         "name": m.name, "tool_calls": m.tool_calls, "tool_call_id": m.tool_call_id,
+         "extra": m.extra, "metadata": m.metadata or None, "token_count": t,
+         "remember": m.remember, "idempotency_key": m.idempotency_key}
+        for i, (m, t) in enumerate(zip(messages, tokens, strict=True))
     ]
+    return [n, n, total, total, timezone.now(), session_id, n, session_id,
+            json.dumps(batch, ensure_ascii=False)]
 
 
 def _insert_generic(session_id, messages, tokens) -> list[StoredMessage]:
