@@ -184,6 +184,14 @@ def _cursor(connection):
     from psycopg import Cursor
     from psycopg.pq import Format
 
+    if connection.errors_occurred and connection.connection is not None and not connection.in_atomic_block:
+        # An earlier statement failed (the server may have ended the connection): check the
+        # connection as Django does between requests, so that a retry reconnects instead of
+        # failing again on a dead socket.
+        if connection.is_usable():
+            connection.errors_occurred = False
+        else:
+            connection.close()
     connection.close_if_health_check_failed()
     connection.ensure_connection()  # also refuses to run in an event loop (async_unsafe)
     with connection.wrap_database_errors:
