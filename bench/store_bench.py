@@ -129,7 +129,6 @@ def interleaved(stores, make_fn, *, count: int, max_seconds: float, turn: int = 
     samples: dict[str, list[float]] = {s.name: [] for s in stores}
     spent = dict.fromkeys(samples, 0.0)
     for store in stores:
-        store.activate()
         store.measure(fns[store.name], count=0, max_seconds=0)  # warm-up only
     for r in range(10**9):
         active = [s for s in stores if len(samples[s.name]) < count
@@ -138,7 +137,6 @@ def interleaved(stores, make_fn, *, count: int, max_seconds: float, turn: int = 
             break
         shift = r % len(active)
         for store in active[shift:] + active[:shift]:
-            store.activate()
             began = time.perf_counter()
             done = samples[store.name]
             calls = 1 if done and done[-1] > 0.1 else turn  # slow calls: one per turn
@@ -156,30 +154,13 @@ def log(message: str) -> None:
 def run(mode: Mode, stores, results: Results, settings_dict) -> None:
     run_id = uuid.uuid4().hex[:8]
 
-    # -- single appends -------------------------------------------------------------------------
-    log("single appends")
-    pool = with_tokens(make_messages(512, seed=7, system=False))
-    sessions = {}
-    for s in stores:
-        s.activate()
-        sessions[s.name] = s.session(f"append-{run_id}-{s.name}")
-
-    def single(store):
-        counter = iter(range(10**9))
-        session = sessions[store.name]
-        return lambda: store.append(session, pool[next(counter) % len(pool)])
-
-    for name, lat in interleaved(stores, single, count=mode.single,
-                                 max_seconds=mode.max_seconds * 3).items():
-        results.put("append_median", name, lat.median)
-        results.put("append_p99", name, lat.p99)
-        results.notes.setdefault("samples", {})[f"append/{name}"] = lat.count
+    single_appends(stores, results, run_id, count=mode.single, max_seconds=mode.max_seconds * 3)
 
     # -- batches of 100 ---------------------------------------------------------------------------
     log("batch appends")
     batch = with_tokens(make_messages(100, seed=11, system=False))
+    sessions = {}
     for s in stores:
-        s.activate()
         sessions[s.name] = s.session(f"batch-{run_id}-{s.name}")
 
     def batched(store):
@@ -196,7 +177,6 @@ def run(mode: Mode, stores, results: Results, settings_dict) -> None:
         data = None
         read_sessions = {}
         for s in stores:
-            s.activate()
             session = s.session(f"read-{size}-v{DATA_VERSION}")
             have = resolve(s, s.count(session))
             if have != size:
@@ -227,44 +207,74 @@ def run(mode: Mode, stores, results: Results, settings_dict) -> None:
                 results.notes.setdefault("samples", {})[f"{label}_{size}/{name}"] = lat.count
         # What each store's window holds (same data, same budget): a sanity check.
         for s in stores:
-            s.activate()
             got = resolve(s, s.window(read_sessions[s.name], MAX_TOKENS))
             results.notes.setdefault("window_sizes", {})[f"{s.name}@{size}"] = len(got)
 
-    # -- concurrent writers ---------------------------------------------------------------------------
+    for shared in (True, False):
+        concurrent(stores, results, run_id, shared=shared, per_writer=mode.per_writer)
+
+
+def single_appends(stores, results: Results, run_id: str, *, count: int, max_seconds: float,
+                   suffix: str = "") -> None:
+    log(f"single appends{suffix.replace('_', ', ')}")
+    pool = with_tokens(make_messages(512, seed=7, system=False))
+    sessions = {}
+    for s in stores:
+        sessions[s.name] = s.session(f"append{suffix}-{run_id}-{s.name}")
+
+    def single(store):
+        counter = iter(range(10**9))
+        session = sessions[store.name]
+        return lambda: store.append(session, pool[next(counter) % len(pool)])
+
+    for name, lat in interleaved(stores, single, count=count, max_seconds=max_seconds).items():
+        results.put(f"append_median{suffix}", name, lat.median)
+        results.put(f"append_p99{suffix}", name, lat.p99)
+        results.notes.setdefault("samples", {})[f"append{suffix}/{name}"] = lat.count
+
+
+def concurrent(stores, results: Results, run_id: str, *, shared: bool, per_writer: int,
+               suffix: str = "") -> None:
+    """16 writers on one session (``shared``) or on 16; throughput, and a check that nothing
+    was lost or doubled and, for ours, that cursors are exactly 1..N in every session."""
     from bench.stores import OursStore, concurrent_writes
 
-    for label, shared in (("one", True), ("many", False)):
-        log(f"{WRITERS} concurrent writers, {'one session' if shared else f'{WRITERS} sessions'}")
-        for s in stores:
-            if s.name == "ours_default":
-                continue  # the connection options do not change locking: measured once
-            s.activate()
-            keys = ([f"conc-{run_id}-{s.name}"] * WRITERS if shared
-                    else [f"conc-{run_id}-{s.name}-{i}" for i in range(WRITERS)])
-            for key in set(keys):
-                resolve(s, s.count(s.session(key)))  # create the sessions before the start
+    label = "one" if shared else "many"
+    log(f"{WRITERS} concurrent writers, {'one session' if shared else f'{WRITERS} sessions'}"
+        f"{suffix.replace('_', ', ')}")
+    for s in stores:
+        if s.name == "ours_default":
+            continue  # the connection options do not change locking: measured once
+        keys = ([f"conc{suffix}-{run_id}-{s.name}"] * WRITERS if shared
+                else [f"conc{suffix}-{run_id}-{s.name}-{i}" for i in range(WRITERS)])
+        for key in set(keys):
+            resolve(s, s.count(s.session(key)))  # create the sessions before the start
 
-            def message(i, j, _run=run_id):
-                return {"role": "user", "content": f"writer {i} message {j} {_run}", "_tokens": 12}
+        def message(i, j, _run=run_id):
+            return {"role": "user", "content": f"writer {i} message {j} {_run}", "_tokens": 12}
 
-            elapsed = concurrent_writes(s, keys, mode.per_writer, message)
-            total = WRITERS * mode.per_writer
-            results.put(f"conc_{label}", s.name, total / elapsed)
-            # Nothing lost, nothing doubled; for ours, cursors exactly 1..N in every session.
-            expected = Counter(message(i, j)["content"] for i in range(WRITERS)
-                               for j in range(mode.per_writer))
-            found: Counter = Counter()
-            cursors_ok = True
-            for key in set(keys):
-                found.update(s.stored_contents(key))
-                if isinstance(s, OursStore):
-                    cursors = s.cursors(key)
-                    cursors_ok &= cursors == list(range(1, len(cursors) + 1))
-            lost = sum((expected - found).values())
-            extra = sum((found - expected).values())
-            results.put(f"conc_{label}_check", s.name,
-                        (lost, extra, cursors_ok if isinstance(s, OursStore) else None))
+        elapsed = concurrent_writes(s, keys, per_writer, message)
+        results.put(f"conc_{label}{suffix}", s.name, WRITERS * per_writer / elapsed)
+        expected = Counter(message(i, j)["content"] for i in range(WRITERS) for j in range(per_writer))
+        found: Counter = Counter()
+        cursors_ok = True
+        for key in set(keys):
+            found.update(s.stored_contents(key))
+            if isinstance(s, OursStore):
+                cursors = s.cursors(key)
+                cursors_ok &= cursors == list(range(1, len(cursors) + 1))
+        lost = sum((expected - found).values())
+        extra = sum((found - expected).values())
+        results.put(f"conc_{label}{suffix}_check", s.name,
+                    (lost, extra, cursors_ok if isinstance(s, OursStore) else None))
+
+
+def run_durable(mode: Mode, stores, results: Results) -> None:
+    """Appends again with PostgreSQL's default durable commit (each waits for its WAL flush)."""
+    run_id = uuid.uuid4().hex[:8]
+    single_appends(stores, results, run_id, count=mode.single // 3,
+                   max_seconds=mode.max_seconds * 2, suffix="_durable")
+    concurrent(stores, results, run_id, shared=True, per_writer=mode.per_writer, suffix="_durable")
 
 
 def vacuum_analyze(settings_dict) -> None:
@@ -292,7 +302,6 @@ def probe_main(store_name: str, big: int) -> None:
     settings_dict = setup_django()
     store = build_stores([store_name])[0]
     store.setup(settings_dict)
-    store.activate()
     session = store.session(f"read-{big}-v{DATA_VERSION}")
     resolve(store, store.last(session, 1))  # connected, tables known
     before = current_rss_mb()
@@ -301,13 +310,16 @@ def probe_main(store_name: str, big: int) -> None:
     print(json.dumps({"peak_rss_mb": peak_rss_mb(), "before_mb": before}))
 
 
-def build_stores(names):
+def build_stores(names, *, durable: bool = False):
     from bench.stores import AgentsStore, LangchainStore, OursStore, RawStore
 
     every = {"raw": RawStore, "ours": lambda: OursStore(prepared=True),
              "ours_default": lambda: OursStore(prepared=False),
              "langchain": LangchainStore, "agents": AgentsStore}
-    return [every[n]() for n in names]
+    stores = [every[n]() for n in names]
+    for store in stores:
+        store.durable = durable
+    return stores
 
 
 ROWS = [
@@ -320,6 +332,9 @@ ROWS = [
     ("window_{big}", "window 8k tokens, {big:,} messages (ms)", "ms"),
     ("conc_one", "16 writers, one session (messages/s)", "rate"),
     ("conc_many", "16 writers, 16 sessions (messages/s)", "rate"),
+    ("append_median_durable", "single append, durable commit, median (ms)", "ms"),
+    ("append_p99_durable", "single append, durable commit, p99 (ms)", "ms"),
+    ("conc_one_durable", "16 writers, one session, durable commit (messages/s)", "rate"),
     ("rss", "peak RSS of a process building the big session's window (MiB; reads added)", "mb"),
 ]
 
@@ -378,6 +393,11 @@ def render(mode: Mode, stores, results: Results, elapsed: float) -> str:
         "session, so its last(50) and window read every message; the Agents SDK reads the newest "
         "N items (N doubling from 128 until the budget is full). Both count tokens client-side "
         "with the same tokenizer (o200k_base).",
+        "- Commits: every store commits once per append. The benchmark database runs with "
+        "`synchronous_commit=off` so that the figures show what each store costs, not the "
+        "disk's fsync latency (which on this shared machine swung between 0.2 and 4 ms from "
+        "minute to minute); the *durable commit* rows repeat appends with PostgreSQL's default, "
+        "where each commit waits for its WAL flush.",
         "- Appends: memory_app validates each message, counts its tokens and hands out gapless "
         "cursors with the session's counters in the same statement; the floor inserts into a "
         "table with no session row and no constraints beyond its keys.",
@@ -440,6 +460,14 @@ def main(argv=None) -> None:
         run(mode, stores, results, settings_dict)
     finally:
         for store in stores:
+            store.close()
+    durable = build_stores([n for n in names if n != "ours_default"], durable=True)
+    for store in durable:
+        store.setup(settings_dict)
+    try:
+        run_durable(mode, durable, results)
+    finally:
+        for store in durable:
             store.close()
     results.notes["process_rss"] = peak_rss_mb()
     log("peak RSS probes")

@@ -16,6 +16,8 @@ tokenizer (see ``client_window``).
 from __future__ import annotations
 
 import asyncio
+import copy
+import functools
 import math
 import threading
 import uuid
@@ -43,14 +45,19 @@ def client_window(newest_first: Sequence[dict], max_tokens: int) -> list[dict]:
     return kept
 
 
+def commit_setting(durable: bool) -> str:
+    """libpq ``options``: whether a commit waits for its WAL flush (PostgreSQL's default) or
+    not (the benchmark's default: the stores' own costs, without the disk's fsync latency)."""
+    return f"-c synchronous_commit={'on' if durable else 'off'}"
+
+
 class Store:
     name = ""
     title = ""
     concurrency = "threads"
+    durable = False
 
     def setup(self, settings_dict: dict) -> None: ...
-    def activate(self) -> None:
-        """Called before each workload (stores sharing the process restore their options)."""
     def close(self) -> None: ...
     def session(self, key: str) -> Any: ...
     def append(self, session, message: dict) -> Any: ...
@@ -86,7 +93,7 @@ class RawStore(Store):
     def setup(self, settings_dict):
         import psycopg
 
-        self.params = libpq_params(settings_dict)
+        self.params = {**libpq_params(settings_dict), "options": commit_setting(self.durable)}
         self.conn = psycopg.connect(**self.params, autocommit=True)
         self.conn.execute(f"""
             CREATE TABLE IF NOT EXISTS {self.table} (
@@ -173,9 +180,25 @@ def _plain(message: dict) -> dict:
     return {"role": message["role"], "content": message["content"]}
 
 
+def _in_own_thread(method):
+    """Run ``method`` on the store's own thread (its own Django connection) unless already there."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        if threading.current_thread() is self.thread:
+            return method(self, *args, **kwargs)
+        return self.executor.submit(method, self, *args, **kwargs).result()
+
+    return wrapper
+
+
 class OursStore(Store):
     """``memory_app.Memory``. ``prepared`` sets Django's ``OPTIONS["prepare_threshold"]`` (the
-    documented switch for server-side prepared statements); without it Django's defaults."""
+    documented switch for server-side prepared statements); without it Django's defaults.
+
+    Each variant works on a thread of its own, so it keeps its own Django connection (with its
+    options, its prepared statements and warm caches) while the stores take turns.
+    """
 
     def __init__(self, *, prepared: bool) -> None:
         self.prepared = prepared
@@ -184,23 +207,39 @@ class OursStore(Store):
                       else "memory_app (Django defaults)")
 
     def setup(self, settings_dict):
-        self.settings_dict = settings_dict
-        self.activate()
+        from concurrent.futures import ThreadPoolExecutor
 
-    def activate(self):
-        """Reconnect with this variant's connection options (the variants share a process)."""
+        self.executor = ThreadPoolExecutor(1, thread_name_prefix=self.name)
+        self.thread = self.executor.submit(threading.current_thread).result()
+        self.connect()
+
+    def configure_connection(self):
+        """Give this thread's Django connection the variant's own options."""
         from django.db import connection
 
+        connection.close()
+        connection.settings_dict = copy.deepcopy(connection.settings_dict)
         options = connection.settings_dict.setdefault("OPTIONS", {})
-        wanted = 5 if self.prepared else None
-        if options.get("prepare_threshold", None) != wanted or connection.connection is None:
-            connection.close()
-            if wanted is None:
-                options.pop("prepare_threshold", None)
-            else:
-                options["prepare_threshold"] = wanted
-            connection.ensure_connection()
+        options["options"] = commit_setting(self.durable)
+        if self.prepared:
+            options["prepare_threshold"] = 5
+        else:
+            options.pop("prepare_threshold", None)
 
+    @_in_own_thread
+    def connect(self):
+        from django.db import connection
+
+        self.configure_connection()
+        connection.ensure_connection()
+
+    @_in_own_thread
+    def close(self):
+        from django.db import connection
+
+        connection.close()
+
+    @_in_own_thread
     def session(self, key):
         from memory_app import Memory
 
@@ -209,32 +248,45 @@ class OursStore(Store):
     def append(self, session, message):
         return session.add(_plain(message))
 
+    @_in_own_thread
     def append_batch(self, session, messages):
         return session.add_many([_plain(m) for m in messages])
 
     def last(self, session, n):
         return session.last(n)
 
+    @_in_own_thread
     def window(self, session, max_tokens):
         return session.window(max_tokens=max_tokens).messages
 
+    @_in_own_thread
     def count(self, session):
         return session.count()
+
+    @_in_own_thread
+    def load(self, session, messages, batch=1000):
+        super().load(session, messages, batch)
+
+    @_in_own_thread
+    def measure(self, fn, *, count, max_seconds, warmup=6):
+        return super().measure(fn, count=count, max_seconds=max_seconds, warmup=warmup)
 
     def writer(self, key):
         from django.db import connection
 
-        # This thread's connection is made from the settings dict activate() adjusted.
-        session = self.session(key)
+        self.configure_connection()  # this writer thread's own connection, same options
+        session = self.session.__wrapped__(self, key)
 
         def append(message):
             return session.add(_plain(message))
 
         return append, connection.close
 
+    @_in_own_thread
     def stored_contents(self, key):
         return [m.content for m in self.session(key).messages()]
 
+    @_in_own_thread
     def cursors(self, key) -> list[int]:
         return [m.cursor for m in self.session(key).messages()]
 
@@ -250,7 +302,7 @@ class LangchainStore(Store):
         import psycopg
         from langchain_postgres import PostgresChatMessageHistory
 
-        self.params = libpq_params(settings_dict)
+        self.params = {**libpq_params(settings_dict), "options": commit_setting(self.durable)}
         self.conn = psycopg.connect(**self.params)
         PostgresChatMessageHistory.create_tables(self.conn, self.table)
 
@@ -328,7 +380,10 @@ class AgentsStore(Store):
         self.loop = asyncio.new_event_loop()
         self.url = sqlalchemy_async_url(settings_dict, "asyncpg")
         # Room for 16 concurrent writers without waiting on the pool.
-        self.engine = create_async_engine(self.url, pool_size=20, max_overflow=0)
+        self.engine = create_async_engine(
+            self.url, pool_size=20, max_overflow=0,
+            connect_args={"server_settings": {
+                "synchronous_commit": "on" if self.durable else "off"}})
         self.tables_ready = False
 
     def close(self):

@@ -106,16 +106,17 @@ class _Statements:
         session = Session._meta.db_table
         message = Message._meta.db_table
         snapshot = Snapshot._meta.db_table
+        # Named parameters: each is sent once however often the statement uses it.
         bump = f"""
             WITH bumped AS (
                 UPDATE {session}
-                   SET next_seq = next_seq + %s,
-                       message_count = message_count + %s,
-                       token_count = token_count + %s,
-                       tokens_since_snapshot = tokens_since_snapshot + %s,
-                       updated_at = %s
-                 WHERE id = %s
-             RETURNING next_seq - %s AS first_seq
+                   SET next_seq = next_seq + %(n)s,
+                       message_count = message_count + %(n)s,
+                       token_count = token_count + %(tokens)s,
+                       tokens_since_snapshot = tokens_since_snapshot + %(tokens)s,
+                       updated_at = %(now)s
+                 WHERE id = %(session)s
+             RETURNING next_seq - %(n)s AS first_seq
             )
             INSERT INTO {message} (session_id, seq, role, content, content_parts, name, tool_calls,
                                    tool_call_id, extra, metadata, token_count, remember,
@@ -123,8 +124,10 @@ class _Statements:
         """
         # A single message travels as plain parameters (the cheapest plan for one row) ...
         self.append_one = bump + """
-            SELECT %s, bumped.first_seq, %s, %s, %s::jsonb, %s, %s::jsonb, %s, %s::jsonb,
-                   %s::jsonb, %s::integer, %s::boolean, %s
+            SELECT %(session)s, bumped.first_seq, %(role)s, %(content)s, %(content_parts)s::jsonb,
+                   %(name)s, %(tool_calls)s::jsonb, %(tool_call_id)s, %(extra)s::jsonb,
+                   %(metadata)s::jsonb, %(tokens)s::integer, %(remember)s::boolean,
+                   %(idempotency_key)s
               FROM bumped
             RETURNING seq, created_at, id
         """
@@ -132,11 +135,11 @@ class _Statements:
         # encoder and decoded by the server, whatever the batch size (so the statement text,
         # and a prepared plan, never depend on it).
         self.append_many = bump + """
-            SELECT %s, bumped.first_seq + v.i, v.role, v.content, v.content_parts, v.name,
+            SELECT %(session)s, bumped.first_seq + v.i, v.role, v.content, v.content_parts, v.name,
                    v.tool_calls, v.tool_call_id, v.extra, COALESCE(v.metadata, '{}'::jsonb),
                    v.token_count, COALESCE(v.remember, false), v.idempotency_key
               FROM bumped,
-                   json_to_recordset(%s::json) AS v(
+                   json_to_recordset(%(rows)s::json) AS v(
                        i integer, role text, content text, content_parts jsonb, name text,
                        tool_calls jsonb, tool_call_id text, extra jsonb, metadata jsonb,
                        token_count integer, remember boolean, idempotency_key text)
@@ -238,18 +241,19 @@ def _json(value) -> str | None:
 def _insert_postgresql(connection, session_id, messages: list[NewMessage], tokens) -> list[StoredMessage]:
     n = len(messages)
     total = sum(tokens)
+    params = {"n": n, "tokens": total, "now": timezone.now(), "session": session_id}
     if n == 1:
         m = messages[0]
         sql = _sql().append_one
-        params = [
-            1, 1, total, total, timezone.now(), session_id, 1, session_id,
-            m.role, m.content, _json(m.content_parts), m.name, _json(m.tool_calls), m.tool_call_id,
-            _json(m.extra), json.dumps(m.metadata) if m.metadata else "{}", total, m.remember,
-            m.idempotency_key,
-        ]
+        params.update(
+            role=m.role, content=m.content, content_parts=_json(m.content_parts), name=m.name,
+            tool_calls=_json(m.tool_calls), tool_call_id=m.tool_call_id, extra=_json(m.extra),
+            metadata=json.dumps(m.metadata) if m.metadata else "{}", remember=m.remember,
+            idempotency_key=m.idempotency_key,
+        )
     else:
         sql = _sql().append_many
-        params = _batch_params(session_id, messages, tokens)
+        params["rows"] = _batch_rows(messages, tokens)
     with _cursor(connection) as cursor:
         cursor.execute(sql, params)
         result = cursor.fetchall()
@@ -271,18 +275,14 @@ def _insert_postgresql(connection, session_id, messages: list[NewMessage], token
     ]
 
 
-def _batch_params(session_id, messages: list[NewMessage], tokens: list[int]) -> list:
-    n = len(messages)
-    total = sum(tokens)
-    batch = [
+def _batch_rows(messages: list[NewMessage], tokens: list[int]) -> str:
+    return json.dumps([
         {"i": i, "role": m.role, "content": m.content, "content_parts": m.content_parts,
          "name": m.name, "tool_calls": m.tool_calls, "tool_call_id": m.tool_call_id,
          "extra": m.extra, "metadata": m.metadata or None, "token_count": t,
          "remember": m.remember, "idempotency_key": m.idempotency_key}
         for i, (m, t) in enumerate(zip(messages, tokens, strict=True))
-    ]
-    return [n, n, total, total, timezone.now(), session_id, n, session_id,
-            json.dumps(batch, ensure_ascii=False)]
+    ], ensure_ascii=False)
 
 
 def _insert_generic(session_id, messages, tokens) -> list[StoredMessage]:
