@@ -158,16 +158,22 @@ class _Statements:
             SELECT {_COLUMNS} FROM {message}
              WHERE session_id = %s AND role = 'system' ORDER BY seq
         """
-        # The session's counters (to size a window's first page) and its latest snapshot.
+        # The session's counters (to size a window's first page), its latest snapshot and
+        # its system messages (a partial index): one row per system message, at least one.
         self.window_head = f"""
             SELECT s.message_count, s.token_count,
                    snap.version, snap.upto, snap.summary, snap.pinned, snap.model, snap.metadata,
-                   snap.created_at
+                   snap.created_at, sys.*
               FROM {session} s
               LEFT JOIN LATERAL (
                 SELECT * FROM {snapshot} WHERE session_id = s.id ORDER BY version DESC LIMIT 1
               ) snap ON true
+              LEFT JOIN LATERAL (
+                SELECT {_COLUMNS} FROM {message}
+                 WHERE session_id = s.id AND role = 'system' ORDER BY seq
+              ) sys ON true
              WHERE s.id = %s
+             ORDER BY sys.seq
         """
 
 
@@ -356,7 +362,7 @@ def window_source(session_id, *, page: int, max_tokens: int | None) -> tuple[
     """What a window is built from: ``(latest snapshot, system messages, newest messages after
     the snapshot)``, the last lazy (pages after the first are read only if the window asks).
 
-    Three short index reads on PostgreSQL. With a token budget the first page holds what the
+    Two short index reads on PostgreSQL. With a token budget the first page holds what the
     session's average message size says will fit, with a margin for tool groups straddling
     the edge, so a big page is not read for a small budget (never more than ``page`` rows).
     ``None`` on other databases (the caller reads the parts through the ORM).
@@ -367,10 +373,11 @@ def window_source(session_id, *, page: int, max_tokens: int | None) -> tuple[
     statements = _sql()
     with _cursor(connection) as cursor:
         cursor.execute(statements.window_head, [session_id])
-        head = cursor.fetchone()
-    if head is None:  # the session is gone: nothing to send
+        head = cursor.fetchall()
+    if not head:  # the session is gone: nothing to send
         return None, [], iter(())
-    message_count, token_count, version, upto, summary, pinned, model, metadata, created = head
+    message_count, token_count, version, upto, summary, pinned, model, metadata, created = head[0][:9]
+    system = [_message(row[9:]) for row in head if row[9] is not None]
     snapshot = None
     if version is not None:
         snapshot = SnapshotView(version=version, upto=upto, summary=summary,
@@ -379,13 +386,16 @@ def window_source(session_id, *, page: int, max_tokens: int | None) -> tuple[
     first = page
     if max_tokens is not None and message_count and token_count:
         first = min(page, 16 + math.ceil(1.1 * max_tokens * message_count / token_count))
-    system = _fetch(connection, statements.system, [session_id])
     after = snapshot.upto if snapshot else 0
-    first_page = _fetch(connection, statements.newest, [session_id, after, _NO_END, first])
+    with _cursor(connection) as cursor:
+        cursor.execute(statements.newest, [session_id, after, _NO_END, first])
+        first_page = cursor.fetchall()
 
     def newest() -> Iterator[StoredMessage]:
-        yield from first_page
+        # Built as the window walks back: rows past its budget never become objects.
+        for row in first_page:
+            yield _message(row)
         if len(first_page) == first:
-            yield from newest_first(session_id, after=after, page=page, before=first_page[-1].cursor)
+            yield from newest_first(session_id, after=after, page=page, before=first_page[-1][0])
 
     return snapshot, system, newest()

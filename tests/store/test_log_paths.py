@@ -91,6 +91,19 @@ def test_window_keeps_system_snapshot_and_whole_tool_groups(mem):
     assert small.messages[0] == {"role": "system", "content": "rules"}
 
 
+def test_window_keeps_every_system_message_in_log_order(mem):
+    mem.add({"role": "system", "content": "first rules"})
+    mem.add_many([{"role": "user", "content": f"u{i}"} for i in range(3)])
+    mem.save_snapshot("summary", upto=3)
+    mem.add({"role": "system", "content": "new rules"})
+    mem.add_many([{"role": "user", "content": f"v{i}"} for i in range(3)])
+    window = mem.window(max_tokens=10**6)
+    assert [c for c in window.cursors if c is not None] == [1, 4, 5, 6, 7, 8]
+    assert window.messages[0] == {"role": "system", "content": "first rules"}
+    tight = mem.window(max_messages=1)
+    assert [c for c in tight.cursors if c is not None] == [1, 5, 8]
+
+
 @override_settings(MEMORY_APP={"WINDOW_PAGE_SIZE": 4})
 def test_window_reads_further_pages_when_the_first_does_not_fill_it(mem):
     mem.add_many([{"role": "user", "content": "short"} for _ in range(5)])
@@ -120,8 +133,8 @@ def test_hot_paths_are_single_round_trips(mem, django_assert_num_queries):
         mem.add_many([{"role": "user", "content": "hi"}] * 50)
     with django_assert_num_queries(1):
         mem.last(50)
-    # Counters and snapshot, system messages, the tail's first page: three index reads.
-    with django_assert_num_queries(3):
+    # Counters, snapshot and system messages; then the tail's first page: two index reads.
+    with django_assert_num_queries(2):
         mem.window(max_tokens=8000)
     assert connection.vendor == "postgresql"
 
