@@ -135,9 +135,10 @@ class _Statements:
         # encoder and decoded by the server, whatever the batch size (so the statement text,
         # and a prepared plan, never depend on it).
         self.append_many = bump + """
-            SELECT %(session)s, bumped.first_seq + v.i, v.role, v.content, v.content_parts, v.name,
-                   v.tool_calls, v.tool_call_id, v.extra, COALESCE(v.metadata, '{}'::jsonb),
-                   v.token_count, COALESCE(v.remember, false), v.idempotency_key
+            SELECT %(session)s, bumped.first_seq + v.i, v.role, v.content, v.content_parts,
+                   COALESCE(v.name, ''), v.tool_calls, COALESCE(v.tool_call_id, ''), v.extra,
+                   COALESCE(v.metadata, '{}'::jsonb), v.token_count, COALESCE(v.remember, false),
+                   v.idempotency_key
               FROM bumped,
                    json_to_recordset(%(rows)s::json) AS v(
                        i integer, role text, content text, content_parts jsonb, name text,
@@ -219,16 +220,25 @@ _ROW_NAMES = ("cursor", *ROW_FIELDS[1:9], "tokens", *ROW_FIELDS[10:])
 _DIRECT = _STORED_FIELDS == _ROW_NAMES and not hasattr(StoredMessage, "__slots__")
 
 
+def _stored(values: Sequence) -> StoredMessage:
+    """A StoredMessage from its field values in ``_ROW_NAMES`` order."""
+    if _DIRECT:
+        message = object.__new__(StoredMessage)
+        message.__dict__.update(zip(_ROW_NAMES, values, strict=True))
+        return message
+    return StoredMessage(**dict(zip(_ROW_NAMES, values, strict=True)))
+
+
 def _message(row: Sequence) -> StoredMessage:
     """A StoredMessage from a binary row in ``ROW_FIELDS`` order (jsonb already decoded)."""
     if _DIRECT:
         message = object.__new__(StoredMessage)
         values = message.__dict__
-        values.update(zip(_ROW_NAMES, row, strict=False))  # window rows carry one more
+        values.update(zip(_ROW_NAMES, row, strict=True))
         if values["metadata"] is None:
             values["metadata"] = {}
         return message
-    values = dict(zip(_ROW_NAMES, row[:14], strict=True))
+    values = dict(zip(_ROW_NAMES, row, strict=True))
     if values["metadata"] is None:
         values["metadata"] = {}
     return StoredMessage(**values)
@@ -271,24 +281,27 @@ def _insert_postgresql(connection, session_id, messages: list[NewMessage], token
     for seq, created, pk in result:
         placed[seq - first] = (seq, created, pk)
     return [
-        StoredMessage(
-            cursor=seq, role=m.role, content=m.content, content_parts=m.content_parts,
-            name=m.name, tool_calls=m.tool_calls, tool_call_id=m.tool_call_id, extra=m.extra,
-            metadata=m.metadata, tokens=t, remember=m.remember, idempotency_key=m.idempotency_key,
-            created_at=created, id=pk,
-        )
+        _stored((seq, m.role, m.content, m.content_parts, m.name, m.tool_calls, m.tool_call_id,
+                 m.extra, m.metadata, t, m.remember, m.idempotency_key, created, pk))
         for m, t, (seq, created, pk) in zip(messages, tokens, placed, strict=True)
     ]
 
 
+_OPTIONAL = ("content_parts", "name", "tool_calls", "tool_call_id", "extra", "metadata",
+             "remember", "idempotency_key")
+
+
 def _batch_rows(messages: list[NewMessage], tokens: list[int]) -> str:
-    return json.dumps([
-        {"i": i, "role": m.role, "content": m.content, "content_parts": m.content_parts,
-         "name": m.name, "tool_calls": m.tool_calls, "tool_call_id": m.tool_call_id,
-         "extra": m.extra, "metadata": m.metadata or None, "token_count": t,
-         "remember": m.remember, "idempotency_key": m.idempotency_key}
-        for i, (m, t) in enumerate(zip(messages, tokens, strict=True))
-    ], ensure_ascii=False)
+    """The batch as JSON rows; empty fields are left out (the statement fills them in)."""
+    rows = []
+    for i, (m, t) in enumerate(zip(messages, tokens, strict=True)):
+        row = {"i": i, "role": m.role, "content": m.content, "token_count": t}
+        for key in _OPTIONAL:
+            value = getattr(m, key)
+            if value:
+                row[key] = value
+        rows.append(row)
+    return json.dumps(rows, ensure_ascii=False)
 
 
 def _insert_generic(session_id, messages, tokens) -> list[StoredMessage]:

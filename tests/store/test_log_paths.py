@@ -146,6 +146,8 @@ def test_rows_decode_the_same_with_and_without_the_direct_constructor(mem, monke
     direct = mem.last(len(MIXED))
     monkeypatch.setattr(log, "_DIRECT", False)
     assert mem.last(len(MIXED)) == direct
+    added = mem.add_many(MIXED[1:3]) + [mem.add(MIXED[1])]
+    assert added == mem.last(3)
     assert direct[1].metadata == {"lang": "de"} and direct[0].metadata == {}
     assert direct[0].metadata is not direct[2].metadata  # never a shared dict
 
