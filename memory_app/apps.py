@@ -8,3 +8,8 @@ class MemoryAppConfig(AppConfig):
 
     def ready(self) -> None:
         from . import checks  # noqa: F401  (registers the system checks)
+
+        # Summarize sessions that go over the token threshold after an append.
+        from .compaction import connect_signals
+
+        connect_signals()

@@ -54,6 +54,36 @@ DEFAULTS: dict[str, Any] = {
     "SUMMARIZE_THRESHOLD_TOKENS": 8000,
     # Messages left unsummarized at the end of the log by compaction.
     "SUMMARIZE_KEEP_RECENT": 20,
+    # Most tokens of messages given to the summarizer in one run (None: no limit). The rest is
+    # covered by the next run; a single tool group larger than this still goes whole.
+    "SUMMARIZE_MAX_INPUT_TOKENS": 30000,
+    # Times compaction reloads and tries again when another snapshot was saved meanwhile.
+    "SUMMARIZE_MAX_ATTEMPTS": 3,
+    # Redis URL of the "one summarization per session at a time" lock; None: the Celery broker
+    # URL when it is a Redis one (with another broker and no URL, enqueues are not deduplicated).
+    "SUMMARIZE_LOCK_URL": None,
+    # Lifetime of that lock: it is released when the task ends, and expires after this many
+    # seconds if the task is lost, so a session is never blocked for good.
+    "SUMMARIZE_LOCK_SECONDS": 900,
+    # Prefix of the lock keys in Redis (followed by the session id).
+    "SUMMARIZE_LOCK_PREFIX": "memory_app:summarize:",
+
+    # --- REST API (memory_app.api) ----------------------------------------------------------
+    # Permission classes of the API views (dotted paths). Each user sees only their own
+    # sessions; "memory_app.api.permissions.StaffSeesAllOwners" lets staff see everyone's.
+    "API_PERMISSION_CLASSES": ["memory_app.api.permissions.OwnerScoped"],
+    # Throttle classes of the API views (dotted paths) and their per-user rates by scope:
+    # "memory_read" for GETs, "memory_write" for the rest; an action may name its own scope.
+    # A scope missing here (or None) is not throttled. The defaults only stop runaway loops.
+    "API_THROTTLE_CLASSES": ["memory_app.api.throttling.MemoryScopedRateThrottle"],
+    "API_THROTTLE_RATES": {"memory_read": "6000/minute", "memory_write": "3000/minute"},
+    # Messages per page of GET sessions/{id}/messages/ when no limit is given, and the most
+    # a client may ask for.
+    "API_MESSAGES_PAGE_SIZE": 100,
+    "API_MESSAGES_MAX_PAGE_SIZE": 1000,
+    # Sessions per page of GET sessions/ (the client may ask for up to API_SESSIONS_MAX_PAGE_SIZE).
+    "API_SESSIONS_PAGE_SIZE": 50,
+    "API_SESSIONS_MAX_PAGE_SIZE": 500,
 }
 
 # Settings given as dotted paths and imported on first use.

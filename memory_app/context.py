@@ -26,25 +26,50 @@ def summary_message(snapshot: SnapshotView) -> dict[str, Any]:
 
 
 def tool_groups_newest_first(messages: Iterable[StoredMessage]) -> Iterable[list[StoredMessage]]:
-    """Group non-system messages (given newest first) into atomic units, oldest-first inside.
+    """Group non-system messages (given newest first) into atomic units, in log order inside.
 
-    A run of tool results belongs to the assistant message with tool calls just before it;
-    results without that message are dropped (a request with them would be refused).
+    Tool results belong to the assistant message(s) whose ``tool_calls`` carry their ids: one
+    assistant message with several calls, or several consecutive ones (parallel calls stored
+    one per message, as the Agents SDK does). A group is the calls and all their results.
+    Results whose call is not in the log any more are dropped (a request with them would be
+    refused).
     """
-    pending: list[StoredMessage] = []
+    results: list[StoredMessage] = []
+    calls: list[StoredMessage] = []
+
+    def unanswered() -> set[str]:
+        called = {c.get("id") for m in calls for c in m.tool_calls or ()}
+        return {r.tool_call_id for r in results} - called
+
+    def group() -> list[StoredMessage]:
+        called = {c.get("id") for m in calls for c in m.tool_calls or ()}
+        kept = [*calls, *(r for r in results if r.tool_call_id in called)]
+        return sorted(kept, key=lambda m: m.cursor)
+
     for message in messages:
         if message.role == "system":
             continue
         if message.role == "tool":
-            pending.append(message)
+            if calls:  # an older result: the calls collected so far are complete
+                yield group()
+                calls, results = [], []
+            results.append(message)
             continue
         if message.role == "assistant" and message.tool_calls:
-            group = [message, *reversed(pending)]
-            pending = []
-            yield group
+            if not results and not calls:
+                yield [message]  # calls not answered yet: the newest turn
+                continue
+            calls.append(message)
+            if not unanswered():
+                yield group()
+                calls, results = [], []
             continue
-        pending = []  # orphaned results: their call is gone
+        if calls:
+            yield group()
+        calls, results = [], []  # results left without their call are dropped
         yield [message]
+    if calls:
+        yield group()
 
 
 def select_tail(
@@ -128,9 +153,22 @@ def assemble_window(
     )
 
 
-def page_size(max_messages: int | None) -> int:
-    page = memory_settings.WINDOW_PAGE_SIZE
-    if max_messages is not None:
-        # Room for a tool group straddling the limit without a second query.
-        page = min(page, max_messages + 16)
-    return max(page, 1)
+def page_sizer(max_messages: int | None, max_tokens: int | None) -> Callable[[int, int], int]:
+    """Page sizes for filling a window newest-first in as few queries as possible.
+
+    The first page is small (a window is usually short); later pages are sized from the
+    tokens per message seen so far, so a budget of a few thousand tokens takes two queries.
+    """
+    ceiling = memory_settings.WINDOW_PAGE_SIZE
+
+    def size(fetched: int, tokens: int) -> int:
+        if max_messages is not None:
+            # Room for a tool group straddling the limit without another query.
+            return min(max(max_messages - fetched, 0) + 16, ceiling)
+        if max_tokens is None or fetched == 0:
+            return min(64, ceiling)
+        per_message = max(tokens / fetched, 1.0)
+        wanted = (max_tokens - tokens) / per_message * 1.25 + 16
+        return int(min(max(wanted, 16), ceiling * 10))
+
+    return size

@@ -47,7 +47,14 @@ class InvalidSnapshot(MemoryStoreError, ValueError):
 
 
 class InvalidCursor(MemoryStoreError, ValueError):
-    """A cursor is not an integer, does not move past the latest snapshot, or lies beyond the log."""
+    """A cursor is not an integer, does not move past the latest snapshot, or lies beyond the log.
+
+    ``field`` names the argument at fault (``after``, ``upto``, ...) when it is known.
+    """
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        self.field = field
+        super().__init__(message)
 
 
 class SessionNotFound(MemoryStoreError, LookupError):
@@ -69,3 +76,15 @@ class InvalidSession(MemoryStoreError, ValueError):
         self.field = field
         self.reason = reason
         super().__init__(f"{field}: {reason}")
+
+
+# ---- summarization (compaction) --------------------------------------------------------------
+class SummarizerError(MemoryStoreError):
+    """The summarizer could not produce a summary (provider error, timeout, unusable answer).
+
+    Nothing is saved when it is raised; the ``summarize_session`` task retries it with backoff.
+    """
+
+
+class EmptySummary(SummarizerError):
+    """The summarizer answered with nothing usable: an error, never a summary."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import fields
 from functools import cache
 
@@ -25,6 +25,7 @@ from django.db import IntegrityError, connections, router, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from .conf import memory_settings
 from .exceptions import SessionNotFound
 from .models import Message, Session, Snapshot
 from .tokens import count_message
@@ -352,33 +353,46 @@ def system_messages(session_id) -> list[StoredMessage]:
     return rows(Message.objects.filter(session_id=session_id, role="system").order_by("seq"))
 
 
-def newest_first(session_id, *, after: int, page: int, before: int | None = None) -> Iterator[StoredMessage]:
-    """Messages with cursor > ``after`` (and < ``before``), newest first, ``page`` at a time."""
+def newest_first(
+    session_id, *, after: int, page_size: Callable[[int, int], int], before: int | None = None,
+    fetched: int = 0, tokens: int = 0,
+) -> Iterator[StoredMessage]:
+    """Messages with cursor > ``after`` (and < ``before``), newest first, fetched a page at a
+    time (index scans).
+
+    ``page_size(rows_so_far, tokens_so_far)`` sizes each page, so a caller filling a token
+    budget can ask for about as many rows as it still needs; ``fetched`` and ``tokens`` say
+    what was read before (by ``window_source``).
+    """
     connection = connections[router.db_for_read(Message)]
     while True:
+        size = max(1, page_size(fetched, tokens))
         if connection.vendor == "postgresql":
             chunk = _fetch(connection, _sql().newest,
-                           [session_id, after, _NO_END if before is None else before, page])
+                           [session_id, after, _NO_END if before is None else before, size])
         else:
             qs = Message.objects.filter(session_id=session_id, seq__gt=after)
             if before is not None:
                 qs = qs.filter(seq__lt=before)
-            chunk = rows(qs.order_by("-seq")[:page])
+            chunk = rows(qs.order_by("-seq")[:size])
         yield from chunk
-        if len(chunk) < page:
+        if len(chunk) < size:
             return
         before = chunk[-1].cursor
+        fetched += len(chunk)
+        tokens += sum(m.tokens for m in chunk)
 
 
-def window_source(session_id, *, page: int, max_tokens: int | None) -> tuple[
-        SnapshotView | None, list[StoredMessage], Iterator[StoredMessage]] | None:
+def window_source(
+    session_id, *, page_size: Callable[[int, int], int], max_tokens: int | None,
+) -> tuple[SnapshotView | None, list[StoredMessage], Iterator[StoredMessage]] | None:
     """What a window is built from: ``(latest snapshot, system messages, newest messages after
     the snapshot)``, the last lazy (pages after the first are read only if the window asks).
 
-    Two short index reads on PostgreSQL. With a token budget the first page holds what the
-    session's average message size says will fit, with a margin for tool groups straddling
-    the edge, so a big page is not read for a small budget (never more than ``page`` rows).
-    ``None`` on other databases (the caller reads the parts through the ORM).
+    Two short index reads on PostgreSQL. With a token budget (``max_tokens``, counted with
+    the stored token counts) the first page holds what the session's average message size
+    says will fit, with a margin for tool groups straddling the edge, so one page usually
+    does. ``None`` on other databases (the caller reads the parts through the ORM).
     """
     connection = connections[router.db_for_read(Message)]
     if connection.vendor != "postgresql":
@@ -396,9 +410,10 @@ def window_source(session_id, *, page: int, max_tokens: int | None) -> tuple[
         snapshot = SnapshotView(version=version, upto=upto, summary=summary,
                                 pinned=list(pinned or []), model=model,
                                 metadata=dict(metadata or {}), created_at=created)
-    first = page
+    first = max(1, page_size(0, 0))
     if max_tokens is not None and message_count and token_count:
-        first = min(page, 16 + math.ceil(1.1 * max_tokens * message_count / token_count))
+        first = min(memory_settings.WINDOW_PAGE_SIZE * 10,
+                    16 + math.ceil(1.1 * max_tokens * message_count / token_count))
     after = snapshot.upto if snapshot else 0
     with _cursor(connection) as cursor:
         cursor.execute(statements.newest, [session_id, after, _NO_END, first])
@@ -409,6 +424,8 @@ def window_source(session_id, *, page: int, max_tokens: int | None) -> tuple[
         for row in first_page:
             yield _message(row)
         if len(first_page) == first:
-            yield from newest_first(session_id, after=after, page=page, before=first_page[-1][0])
+            yield from newest_first(session_id, after=after, page_size=page_size,
+                                    before=first_page[-1][0], fetched=first,
+                                    tokens=sum(row[9] for row in first_page))
 
     return snapshot, system, newest()

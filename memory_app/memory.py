@@ -15,20 +15,21 @@ import datetime as dt
 import uuid
 from collections.abc import Iterable
 from operator import attrgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
 from django.db import IntegrityError, router, transaction
-from django.db.models import Sum
+from django.db.models import Max, Min, Sum
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from . import log
 from .conf import memory_settings
-from .context import assemble_window, page_size
+from .context import assemble_window, page_sizer
 from .exceptions import (
     InvalidCursor,
     InvalidExport,
+    InvalidMessage,
     InvalidSession,
     InvalidSnapshot,
     SessionExists,
@@ -38,10 +39,15 @@ from .exceptions import (
 from .models import Embedding, Message, Session, Snapshot
 from .tokens import count_message, encoding_name_for_model
 from .types import SessionInfo, SnapshotView, StoredMessage, Window
-from .validation import validate_message, validate_messages
+from .validation import unstorable, validate_message, validate_messages
+
+if TYPE_CHECKING:
+    from .providers.summarizers import Summarizer
 
 EXPORT_FORMAT = "memory_app.session"
 EXPORT_VERSION = 1
+#: The largest cursor (PostgreSQL's bigint).
+MAX_CURSOR = 2**63 - 1
 
 
 class _AnyOwner:
@@ -74,9 +80,12 @@ def _check_cursor(value: Any, name: str = "cursor") -> int:
             else:
                 raise TypeError
         except TypeError:
-            raise InvalidCursor(f"{name} must be an integer, not {value!r}") from None
+            raise InvalidCursor(f"{name} must be an integer, not {value!r}", field=name) from None
     if value < 0:
-        raise InvalidCursor(f"{name} must not be negative")
+        raise InvalidCursor(f"{name} must not be negative", field=name)
+    if value > MAX_CURSOR:
+        # Beyond the database's bigint: refuse it here rather than fail in SQL.
+        raise InvalidCursor(f"{name} must be at most {MAX_CURSOR}", field=name)
     return value
 
 
@@ -87,6 +96,15 @@ def _snapshot_view(snapshot: Snapshot | None) -> SnapshotView | None:
         version=snapshot.version, upto=snapshot.upto, summary=snapshot.summary,
         pinned=list(snapshot.pinned or []), model=snapshot.model,
         metadata=dict(snapshot.metadata or {}), created_at=snapshot.created_at,
+    )
+
+
+def _session_info(s: Session) -> SessionInfo:
+    return SessionInfo(
+        id=s.id, key=s.key, namespace=s.namespace, title=s.title, owner_id=s.owner_id,
+        message_count=s.message_count, token_count=s.token_count,
+        has_snapshot=s.has_snapshot, created_at=s.created_at, updated_at=s.updated_at,
+        expires_at=s.expires_at, metadata=s.metadata,
     )
 
 
@@ -109,7 +127,7 @@ class Memory:
         expires_at: dt.datetime | None = None,
     ) -> SessionMemory:
         """The session ``key`` of ``owner`` in ``namespace``; created when missing unless ``create=False``."""
-        namespace = namespace or memory_settings.DEFAULT_NAMESPACE
+        namespace = memory_settings.DEFAULT_NAMESPACE if namespace is None else namespace
         _validate_session_fields(key=key, namespace=namespace, title=title, metadata=metadata)
         owner_id = _owner_id(owner)
         lookup = Session.objects.for_owner(owner_id).filter(namespace=namespace, key=key)
@@ -131,7 +149,7 @@ class Memory:
     def create(key: str, *, owner=None, namespace: str | None = None, title: str = "",
                metadata: dict | None = None, expires_at: dt.datetime | None = None) -> SessionMemory:
         """A new session; raises ``SessionExists`` if the key is taken."""
-        namespace = namespace or memory_settings.DEFAULT_NAMESPACE
+        namespace = memory_settings.DEFAULT_NAMESPACE if namespace is None else namespace
         _validate_session_fields(key=key, namespace=namespace, title=title, metadata=metadata)
         try:
             with transaction.atomic(using=router.db_for_write(Session)):
@@ -159,18 +177,16 @@ class Memory:
     @staticmethod
     def sessions(owner=None, namespace: str | None = None) -> list[SessionInfo]:
         """The owner's sessions, newest first, with title, counts and whether they hold a snapshot."""
+        return [_session_info(s) for s in Memory.sessions_queryset(owner, namespace)]
+
+    @staticmethod
+    def sessions_queryset(owner=None, namespace: str | None = None):
+        """``sessions()`` as an unevaluated QuerySet (rows annotated with ``has_snapshot``), for
+        list views that filter, order and paginate in the database."""
         qs = _scoped(owner).with_snapshot_flag().order_by("-updated_at")
         if namespace is not None:
             qs = qs.filter(namespace=namespace)
-        return [
-            SessionInfo(
-                id=s.id, key=s.key, namespace=s.namespace, title=s.title, owner_id=s.owner_id,
-                message_count=s.message_count, token_count=s.token_count,
-                has_snapshot=s.has_snapshot, created_at=s.created_at, updated_at=s.updated_at,
-                expires_at=s.expires_at, metadata=s.metadata,
-            )
-            for s in qs
-        ]
+        return qs
 
     @staticmethod
     def import_session(data: dict, *, owner=None, namespace: str | None = None,
@@ -205,6 +221,13 @@ class SessionMemory:
     def owner_id(self):
         return self.session.owner_id
 
+    def info(self) -> SessionInfo:
+        """The session as ``Memory.sessions()`` lists it, read afresh."""
+        try:
+            return _session_info(Session.objects.with_snapshot_flag().get(pk=self.session.pk))
+        except Session.DoesNotExist:
+            raise SessionNotFound(f"session {self.session.pk} was deleted") from None
+
     def refresh(self) -> SessionMemory:
         try:
             self.session.refresh_from_db()
@@ -219,19 +242,33 @@ class SessionMemory:
 
     def add_many(self, messages: Iterable[dict[str, Any]]) -> list[StoredMessage]:
         """Append a batch atomically: all stored, in order, with consecutive cursors, or none."""
+        if isinstance(messages, (str, bytes, dict)) or not isinstance(messages, Iterable):
+            # Iterable or not, none of these is a batch (a string would become one per character).
+            raise InvalidMessage("messages", "must be a list of messages")
         return log.append(self.session.pk, validate_messages(list(messages)))
 
     # -- reading ------------------------------------------------------------------------------
-    def messages(self, after: int | None = None, limit: int | None = None) -> list[StoredMessage]:
-        """Messages with cursor greater than ``after``, oldest first, at most ``limit``."""
+    def messages(self, after: int | None = None, limit: int | None = None, *,
+                 before: int | None = None) -> list[StoredMessage]:
+        """Messages with cursor greater than ``after`` (and less than ``before``), oldest first.
+
+        ``limit`` keeps the first ones after ``after``; when only ``before`` is given it keeps
+        the last ones before ``before`` instead, which is how a reader pages backwards.
+        """
         qs = Message.objects.filter(session_id=self.session.pk)
         if after is not None:
             qs = qs.filter(seq__gt=_check_cursor(after, "after"))
-        qs = qs.order_by("seq")
+        if before is not None:
+            qs = qs.filter(seq__lt=_check_cursor(before, "before"))
+        backwards = before is not None and after is None and limit is not None
+        qs = qs.order_by("-seq" if backwards else "seq")
         if limit is not None:
             limit = _check_cursor(limit, "limit")
             qs = qs[:limit]
-        return log.rows(qs)
+        found = log.rows(qs)
+        if backwards:
+            found.reverse()
+        return found
 
     def last(self, n: int) -> list[StoredMessage]:
         """The newest ``n`` messages, oldest first."""
@@ -239,6 +276,18 @@ class SessionMemory:
         newest = log.newest(self.session.pk, n)
         newest.reverse()
         return newest
+
+    def cursor_range(self) -> tuple[int, int] | None:
+        """``(first, last)`` cursor of the messages stored now, or ``None`` when there are none.
+
+        Two index lookups (min and max of the session's cursors), whatever the session's size.
+        """
+        bounds = Message.objects.filter(session_id=self.session.pk).aggregate(
+            first=Min("seq"), last=Max("seq")
+        )
+        if bounds["first"] is None:
+            return None
+        return bounds["first"], bounds["last"]
 
     def count(self) -> int:
         """Messages stored now (the stored counter: no scan)."""
@@ -248,7 +297,7 @@ class SessionMemory:
         cursor = _check_cursor(cursor)
         found = log.rows(Message.objects.filter(session_id=self.session.pk, seq=cursor))
         if not found:
-            raise InvalidCursor(f"no message at cursor {cursor}")
+            raise InvalidCursor(f"no message at cursor {cursor}", field="cursor")
         return found[0]
 
     # -- context windows ----------------------------------------------------------------------
@@ -264,19 +313,22 @@ class SessionMemory:
         if max_tokens is not None:
             max_tokens = _check_cursor(max_tokens, "max_tokens")
         encoding = encoding_name_for_model(model)
-        page = page_size(max_messages)
+        sizer = page_sizer(max_messages, max_tokens)
         # Snapshot, system messages (every stored one, covered by the snapshot or not: they
-        # are always kept) and the first page of the tail, with fixed SQL where possible.
+        # are always kept) and the first page of the tail: fixed SQL where possible, with a
+        # first page sized from the session's counters when the stored counts are the cost.
         source = log.window_source(
-            self.session.pk, page=page,
-            max_tokens=max_tokens if encoding == memory_settings.TOKEN_ENCODING else None,
+            self.session.pk, page_size=sizer,
+            max_tokens=max_tokens if max_messages is None and encoding == memory_settings.TOKEN_ENCODING
+            else None,
         )
         if source is not None:
             snapshot, system, newest = source
         else:
             snapshot = self.latest_snapshot()
             system = log.system_messages(self.session.pk)
-            newest = log.newest_first(self.session.pk, after=snapshot.upto if snapshot else 0, page=page)
+            newest = log.newest_first(self.session.pk, after=snapshot.upto if snapshot else 0,
+                                      page_size=sizer)
         if encoding == memory_settings.TOKEN_ENCODING:
             cost = attrgetter("tokens")  # the count cached at append
         else:
@@ -296,9 +348,20 @@ class SessionMemory:
     def latest_snapshot(self) -> SnapshotView | None:
         return _snapshot_view(Snapshot.objects.filter(session_id=self.session.pk).order_by("-version").first())
 
-    def snapshots(self) -> list[SnapshotView]:
-        """Every snapshot version, oldest first (the lineage)."""
-        return [_snapshot_view(s) for s in Snapshot.objects.filter(session_id=self.session.pk).order_by("version")]
+    def snapshots(self, newest: int | None = None) -> list[SnapshotView]:
+        """Every snapshot version, oldest first (the lineage); only the latest ``newest`` if given."""
+        qs = Snapshot.objects.filter(session_id=self.session.pk)
+        if newest is None:
+            return [_snapshot_view(s) for s in qs.order_by("version")]
+        latest = [_snapshot_view(s) for s in qs.order_by("-version")[:_check_cursor(newest, "newest")]]
+        latest.reverse()
+        return latest
+
+    def snapshot_ranges(self) -> list[tuple[int, int]]:
+        """``(version, upto)`` of every snapshot, oldest first: the lineage without the summaries."""
+        return list(
+            Snapshot.objects.filter(session_id=self.session.pk).order_by("version").values_list("version", "upto")
+        )
 
     def load_snapshot(self) -> tuple[SnapshotView | None, list[StoredMessage]]:
         """``(latest snapshot or None, the messages after it)``: the state a summarizer starts from."""
@@ -326,6 +389,13 @@ class SessionMemory:
         """
         if not isinstance(summary, str) or not summary.strip():
             raise InvalidSnapshot("summary must be a non-empty string")
+        if not isinstance(model, str) or len(model) > 200:
+            raise InvalidSnapshot("model must be a string of at most 200 characters")
+        if metadata is not None and not isinstance(metadata, dict):
+            raise InvalidSnapshot("metadata must be an object")
+        for name, value in (("summary", summary), ("model", model), ("metadata", metadata)):
+            if problem := unstorable(value):
+                raise InvalidSnapshot(f"{name} {problem}")
         upto = _check_cursor(upto, "upto")
         expected = prev.version if isinstance(prev, SnapshotView) else prev
         if expected is not None and (isinstance(expected, bool) or not isinstance(expected, int)):
@@ -347,9 +417,11 @@ class SessionMemory:
                     raise SnapshotConflict(expected, _snapshot_view(latest))
                 floor = latest.upto if latest else 0
                 if upto <= floor:
-                    raise InvalidCursor(f"upto={upto} does not move past the latest snapshot (upto={floor})")
+                    raise InvalidCursor(f"upto={upto} does not move past the latest snapshot (upto={floor})",
+                                        field="upto")
                 if upto >= session.next_seq:
-                    raise InvalidCursor(f"upto={upto} lies beyond the log (last cursor {session.next_seq - 1})")
+                    raise InvalidCursor(f"upto={upto} lies beyond the log (last cursor {session.next_seq - 1})",
+                                        field="upto")
                 snapshot = Snapshot.objects.create(
                     session=session, version=(current_version or 0) + 1, upto=upto,
                     summary=summary, pinned=pinned_dicts, model=model, metadata=metadata or {},
@@ -385,6 +457,40 @@ class SessionMemory:
             )
             return deleted
 
+    # -- compaction (summarization) -----------------------------------------------------------
+    def compact(
+        self,
+        keep_recent: int | None = None,
+        summarizer: Summarizer | None = None,
+        *,
+        max_attempts: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> SnapshotView | None:
+        """Fold all but the newest ``keep_recent`` messages into the summary, by compare-and-swap.
+
+        The summarizer (default: the ``SUMMARIZER`` setting) updates the previous summary with
+        the newly covered messages; the covered range ends on a whole tool group. Messages
+        appended meanwhile stay after the new snapshot. On ``SnapshotConflict`` it reloads and
+        tries again, ``max_attempts`` times in all (default ``SUMMARIZE_MAX_ATTEMPTS``). A run
+        with an ``idempotency_key`` already on a snapshot saves nothing and returns that one.
+        Returns the new snapshot, or ``None`` if there was nothing to cover. See
+        ``memory_app.compaction``.
+        """
+        from .compaction import compact
+
+        return compact(self, keep_recent=keep_recent, summarizer=summarizer,
+                       max_attempts=max_attempts, idempotency_key=idempotency_key)
+
+    def summarize_async(self, keep_recent: int | None = None) -> str:
+        """Enqueue the ``summarize_session`` task for this session; returns the task id.
+
+        Without a broker (eager mode) the task runs now, in this process.
+        """
+        from .tasks import summarize_session
+
+        kwargs = {} if keep_recent is None else {"keep_recent": keep_recent}
+        return summarize_session.apply_async(args=[str(self.session.pk)], kwargs=kwargs).id
+
     # -- title and metadata -------------------------------------------------------------------
     @property
     def title(self) -> str:
@@ -403,6 +509,8 @@ class SessionMemory:
         """Set one metadata key (an empty value removes it); returns the new metadata."""
         if not isinstance(key, str) or not key:
             raise InvalidSession("metadata", "a metadata key must be a non-empty string")
+        if problem := unstorable(key) or unstorable(value):
+            raise InvalidSession("metadata", problem)
         with transaction.atomic(using=router.db_for_write(Session)):
             session = Session.objects.select_for_update().get(pk=self.session.pk)
             metadata = dict(session.metadata or {})
@@ -445,6 +553,39 @@ class SessionMemory:
     def delete(self) -> None:
         Session.objects.filter(pk=self.session.pk).delete()
 
+    # -- undoing the newest message (used by the OpenAI Agents SDK's ``pop_item``) --------------
+    def pop_last(self) -> StoredMessage | None:
+        """Delete the newest message and return it; ``None`` when the log is empty.
+
+        The log stays append-only in the sense that matters: the popped cursor is never handed
+        out again (``next_seq`` does not move back), so a reader holding it sees a gap, never a
+        different message. Counters are kept exact under concurrent appends (row lock).
+        """
+        with transaction.atomic(using=router.db_for_write(Message)):
+            try:
+                session = Session.objects.select_for_update().get(pk=self.session.pk)
+            except Session.DoesNotExist:
+                raise SessionNotFound(f"session {self.session.pk} was deleted") from None
+            newest = log.rows(Message.objects.filter(session=session).order_by("-seq")[:1])
+            if not newest:
+                return None
+            popped = newest[0]
+            Message.objects.filter(session=session, seq=popped.cursor).delete()
+            snapshot_upto = (
+                Snapshot.objects.filter(session=session).order_by("-version")
+                .values_list("upto", flat=True).first()
+            ) or 0
+            since = session.tokens_since_snapshot
+            if popped.cursor > snapshot_upto:
+                since = max(0, since - popped.tokens)
+            Session.objects.filter(pk=session.pk).update(
+                message_count=session.message_count - 1,
+                token_count=session.token_count - popped.tokens,
+                tokens_since_snapshot=since,
+                updated_at=timezone.now(),
+            )
+        return popped
+
     # -- export -------------------------------------------------------------------------------
     def export(self) -> dict[str, Any]:
         """The whole session as JSON-serialisable data; ``Memory.import_session`` restores it."""
@@ -479,11 +620,15 @@ class SessionMemory:
     async def aadd_many(self, messages: Iterable[dict[str, Any]]) -> list[StoredMessage]:
         return await sync_to_async(self.add_many)(list(messages))
 
-    async def amessages(self, after: int | None = None, limit: int | None = None) -> list[StoredMessage]:
-        return await sync_to_async(self.messages)(after, limit)
+    async def amessages(self, after: int | None = None, limit: int | None = None, *,
+                        before: int | None = None) -> list[StoredMessage]:
+        return await sync_to_async(self.messages)(after, limit, before=before)
 
     async def alast(self, n: int) -> list[StoredMessage]:
         return await sync_to_async(self.last)(n)
+
+    async def acursor_range(self) -> tuple[int, int] | None:
+        return await sync_to_async(self.cursor_range)()
 
     async def acount(self) -> int:
         return await sync_to_async(self.count)()
@@ -504,6 +649,13 @@ class SessionMemory:
     async def aprune_compacted(self) -> int:
         return await sync_to_async(self.prune_compacted)()
 
+    async def acompact(self, keep_recent: int | None = None, summarizer: Summarizer | None = None,
+                       **kwargs: Any) -> SnapshotView | None:
+        return await sync_to_async(self.compact)(keep_recent, summarizer, **kwargs)
+
+    async def asummarize_async(self, keep_recent: int | None = None) -> str:
+        return await sync_to_async(self.summarize_async)(keep_recent)
+
     async def aset_meta(self, key: str, value: Any) -> dict:
         return await sync_to_async(self.set_meta)(key, value)
 
@@ -518,6 +670,9 @@ class SessionMemory:
 
     async def aexport(self) -> dict[str, Any]:
         return await sync_to_async(self.export)()
+
+    async def apop_last(self) -> StoredMessage | None:
+        return await sync_to_async(self.pop_last)()
 
 
 def _prunable(session: Session, upto: int):
@@ -543,61 +698,139 @@ def _validate_session_fields(*, key: Any = None, namespace: Any = None, title: A
         raise InvalidSession("title", "must be a string of at most 255 characters")
     if metadata is not None and not isinstance(metadata, dict):
         raise InvalidSession("metadata", "must be an object")
+    for field, value in (("key", key), ("namespace", namespace), ("title", title), ("metadata", metadata)):
+        if problem := unstorable(value):
+            raise InvalidSession(field, problem)
+
+
+#: Largest value of PostgreSQL's integer (token counts, snapshot versions).
+_MAX_INT = 2**31 - 1
+
+
+def _export_int(value: Any, where: str, *, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidExport(f"{where} must be an integer from {low} to {high}, not {value!r}")
+    return value
+
+
+def _export_datetime(value: Any, where: str) -> dt.datetime | None:
+    if value is None:
+        return None
+    try:
+        parsed = parse_datetime(value) if isinstance(value, str) else None
+    except ValueError:  # well-formed but impossible, e.g. month 13
+        parsed = None
+    if parsed is None:
+        raise InvalidExport(f"{where} must be an ISO 8601 date-time, not {value!r}")
+    if timezone.is_naive(parsed):
+        parsed = parsed.replace(tzinfo=dt.UTC)
+    try:
+        # Stored in UTC: refuse what falls outside Python's years 1..9999 there.
+        return parsed.astimezone(dt.UTC)
+    except OverflowError:
+        raise InvalidExport(f"{where} is out of range: {value!r}") from None
 
 
 def _import_session(data: Any, *, owner, namespace, key) -> SessionMemory:
+    # Everything is checked before the first write, so a bad export is an InvalidExport (or
+    # InvalidSession) and never a database error halfway through.
     if not isinstance(data, dict) or data.get("format") != EXPORT_FORMAT:
         raise InvalidExport(f"not a {EXPORT_FORMAT} export")
     if data.get("version") != EXPORT_VERSION:
         raise InvalidExport(f"unsupported export version {data.get('version')!r}")
-    try:
-        meta = data["session"]
-        raw_messages = list(data.get("messages", []))
-        raw_snapshots = list(data.get("snapshots", []))
-        key = key or meta["key"]
-        namespace = namespace or meta.get("namespace") or memory_settings.DEFAULT_NAMESPACE
-    except (KeyError, TypeError) as err:
-        raise InvalidExport(f"missing field: {err}") from None
-    _validate_session_fields(key=key, namespace=namespace, title=meta.get("title", ""),
-                             metadata=meta.get("metadata", {}))
+    meta = data.get("session")
+    raw_messages = data.get("messages", [])
+    raw_snapshots = data.get("snapshots", [])
+    if not isinstance(meta, dict):
+        raise InvalidExport("session must be an object")
+    if not isinstance(raw_messages, list) or not isinstance(raw_snapshots, list):
+        raise InvalidExport("messages and snapshots must be lists")
+    key = key or meta.get("key")
+    if key is None:
+        raise InvalidExport("missing field: session.key")
+    namespace = namespace or meta.get("namespace") or memory_settings.DEFAULT_NAMESPACE
+    title = meta.get("title") or ""
+    metadata = meta.get("metadata") or {}
+    _validate_session_fields(key=key, namespace=namespace, title=title, metadata=metadata)
+    expires_at = _export_datetime(meta.get("expires_at"), "session.expires_at")
+    created_at = _export_datetime(meta.get("created_at"), "session.created_at")
 
     stored = []
     for index, raw in enumerate(raw_messages):
         if not isinstance(raw, dict):
             raise InvalidExport(f"message {index} is not an object")
         raw = dict(raw)
-        cursor = raw.pop("cursor", None)
+        cursor = _export_int(raw.pop("cursor", None), f"message {index}: cursor", low=1, high=MAX_CURSOR)
         tokens = raw.pop("tokens", None)
-        created = raw.pop("created_at", None)
-        if isinstance(cursor, bool) or not isinstance(cursor, int) or cursor < 1:
-            raise InvalidExport(f"message {index} has no valid cursor")
+        if tokens is not None:
+            tokens = _export_int(tokens, f"message {index}: tokens", low=0, high=_MAX_INT)
+        created = _export_datetime(raw.pop("created_at", None), f"message {index}: created_at")
         extra = {k: raw.pop(k) for k in list(raw) if k not in
                  {"role", "content", "name", "tool_calls", "tool_call_id", "metadata", "remember",
                   "idempotency_key", "extra"}}
         if extra:
+            if raw.get("extra") is not None and not isinstance(raw["extra"], dict):
+                raise InvalidExport(f"message {index}: extra must be an object")
             raw["extra"] = {**(raw.get("extra") or {}), **extra}
         if raw.get("idempotency_key") is None:
             raw.pop("idempotency_key", None)
         try:
             message = validate_message(raw)
-        except Exception as err:
+        except InvalidMessage as err:
             raise InvalidExport(f"message {index}: {err}") from None
         stored.append((cursor, message, tokens, created))
     cursors = [c for c, *_ in stored]
     if cursors != sorted(set(cursors)):
         raise InvalidExport("message cursors must be unique and ascending")
-    next_seq = int(meta.get("next_seq") or (cursors[-1] + 1 if cursors else 1))
+    keys = [m.idempotency_key for _, m, *_ in stored if m.idempotency_key]
+    if len(keys) != len(set(keys)):
+        raise InvalidExport("message idempotency keys must be unique")
+    if meta.get("next_seq") is None:
+        next_seq = cursors[-1] + 1 if cursors else 1
+    else:
+        next_seq = _export_int(meta["next_seq"], "session.next_seq", low=1, high=MAX_CURSOR)
     if cursors and next_seq <= cursors[-1]:
         raise InvalidExport("next_seq must lie past the last message")
+
+    snapshots = []
+    for index, snap in enumerate(raw_snapshots):
+        where = f"snapshot {index}"
+        if not isinstance(snap, dict):
+            raise InvalidExport(f"{where} is not an object")
+        version = _export_int(snap.get("version"), f"{where}: version", low=1, high=_MAX_INT)
+        upto = _export_int(snap.get("upto"), f"{where}: upto", low=1, high=MAX_CURSOR)
+        summary, model = snap.get("summary"), snap.get("model") or ""
+        pinned, snap_meta = snap.get("pinned") or [], snap.get("metadata") or {}
+        if not isinstance(summary, str) or not summary.strip() or unstorable(summary):
+            raise InvalidExport(f"{where}: summary must be a non-empty string")
+        if not isinstance(model, str) or len(model) > 200 or unstorable(model):
+            raise InvalidExport(f"{where}: model must be a string of at most 200 characters")
+        if not isinstance(snap_meta, dict) or unstorable(snap_meta):
+            raise InvalidExport(f"{where}: metadata must be an object")
+        if not isinstance(pinned, list):
+            raise InvalidExport(f"{where}: pinned must be a list of messages")
+        for i, p in enumerate(pinned):
+            try:
+                validate_message(p)
+            except InvalidMessage as err:
+                raise InvalidExport(f"{where}: pinned message {i}: {err}") from None
+        created = _export_datetime(snap.get("created_at"), f"{where}: created_at")
+        snapshots.append((version, upto, summary, pinned, model, snap_meta, created))
+    snapshots.sort(key=lambda s: s[0])
+    last_upto, last_version = 0, 0
+    for version, upto, *_ in snapshots:
+        if version == last_version:
+            raise InvalidExport(f"snapshot version {version} appears twice")
+        if upto <= last_upto or upto >= next_seq:
+            raise InvalidExport(f"snapshot {version}: upto {upto} out of order or beyond the log")
+        last_upto, last_version = upto, version
 
     with transaction.atomic(using=router.db_for_write(Session)):
         try:
             with transaction.atomic(using=router.db_for_write(Session)):
                 session = Session.objects.create(
-                    owner_id=_owner_id(owner), namespace=namespace, key=key,
-                    title=meta.get("title", ""), metadata=meta.get("metadata") or {},
-                    expires_at=parse_datetime(meta["expires_at"]) if meta.get("expires_at") else None,
-                    next_seq=next_seq,
+                    owner_id=_owner_id(owner), namespace=namespace, key=key, title=title,
+                    metadata=metadata, expires_at=expires_at, next_seq=next_seq,
                 )
         except IntegrityError:
             raise SessionExists(f"session {key!r} already exists in namespace {namespace!r}") from None
@@ -607,36 +840,25 @@ def _import_session(data: Any, *, owner, namespace, key) -> SessionMemory:
                 session=session, seq=cursor, role=m.role, content=m.content,
                 content_parts=m.content_parts, name=m.name, tool_calls=m.tool_calls,
                 tool_call_id=m.tool_call_id, extra=m.extra, metadata=m.metadata,
-                token_count=tokens if isinstance(tokens, int) else count_message(m.as_openai()),
+                token_count=tokens if tokens is not None else count_message(m.as_openai()),
                 remember=m.remember, idempotency_key=m.idempotency_key,
             )
             if created:
-                row.created_at = parse_datetime(created)
+                row.created_at = created
             rows.append(row)
         Message.objects.bulk_create(rows, batch_size=1000)
-        last_upto = 0
-        for index, snap in enumerate(sorted(raw_snapshots, key=lambda s: s.get("version", 0))):
-            try:
-                upto, version = int(snap["upto"]), int(snap["version"])
-                if not str(snap["summary"]).strip():
-                    raise ValueError("empty summary")
-            except (KeyError, TypeError, ValueError) as err:
-                raise InvalidExport(f"snapshot {index}: {err}") from None
-            if upto <= last_upto or upto >= next_seq:
-                raise InvalidExport(f"snapshot {index}: upto {upto} out of order or beyond the log")
-            last_upto = upto
+        for version, upto, summary, pinned, model, snap_meta, created in snapshots:
             snapshot = Snapshot(
-                session=session, version=version, upto=upto, summary=snap["summary"],
-                pinned=snap.get("pinned") or [], model=snap.get("model", ""),
-                metadata=snap.get("metadata") or {},
+                session=session, version=version, upto=upto, summary=summary, pinned=pinned,
+                model=model, metadata=snap_meta,
             )
-            if snap.get("created_at"):
-                snapshot.created_at = parse_datetime(snap["created_at"])
+            if created:
+                snapshot.created_at = created
             snapshot.save()
         total = sum(r.token_count for r in rows)
         since = sum(r.token_count for r in rows if r.seq > last_upto)
         Session.objects.filter(pk=session.pk).update(
             message_count=len(rows), token_count=total, tokens_since_snapshot=since,
-            created_at=parse_datetime(meta["created_at"]) if meta.get("created_at") else session.created_at,
+            created_at=created_at or session.created_at,
         )
     return SessionMemory(Session.objects.get(pk=session.pk))

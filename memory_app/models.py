@@ -136,7 +136,8 @@ class Message(models.Model):
     remember = models.BooleanField(
         "remember", default=False, help_text="Embedded at once and never pruned."
     )
-    idempotency_key = models.CharField(
+    # NULL, not "", for "no key": the unique constraint only covers rows that have one.
+    idempotency_key = models.CharField(  # noqa: DJ001
         "idempotency key", max_length=255, null=True, blank=True,
         help_text="Client key: a retried append with it returns this message instead of a copy.",
     )

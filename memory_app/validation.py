@@ -8,6 +8,7 @@ OpenAI fields kept losslessly, e.g. ``refusal``). Anything else is refused, not 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,15 +73,19 @@ def validate_message(data: Any) -> NewMessage:
     unknown = sorted(set(data) - ALLOWED_KEYS)
     if unknown:
         raise InvalidMessage(str(unknown[0]), "unknown field (put other OpenAI fields in 'extra')")
+    for key, value in data.items():
+        problem = unstorable(value)
+        if problem:
+            raise InvalidMessage(key, problem)
 
     role = data.get("role")
-    if role not in ROLES:
+    if not isinstance(role, str) or role not in ROLES:  # (an unhashable role would raise here)
         raise InvalidMessage("role", f"must be one of {', '.join(sorted(ROLES))}; got {role!r}")
 
     tool_calls = _tool_calls(data.get("tool_calls"), role)
     text, parts = _content(data.get("content", None), role, has_tool_calls=bool(tool_calls))
 
-    tool_call_id = data.get("tool_call_id") or ""
+    tool_call_id = _optional(data, "tool_call_id", str, "")
     if role == "tool":
         if not isinstance(tool_call_id, str) or not tool_call_id:
             raise InvalidMessage("tool_call_id", "a tool message needs the id of the call it answers")
@@ -89,17 +94,13 @@ def validate_message(data: Any) -> NewMessage:
     if len(tool_call_id) > MAX_KEY:
         raise InvalidMessage("tool_call_id", f"longer than {MAX_KEY} characters")
 
-    name = data.get("name") or ""
-    if not isinstance(name, str) or len(name) > MAX_NAME:
+    name = _optional(data, "name", str, "")
+    if len(name) > MAX_NAME:
         raise InvalidMessage("name", f"must be a string of at most {MAX_NAME} characters")
 
-    metadata = data.get("metadata") or {}
-    if not isinstance(metadata, dict):
-        raise InvalidMessage("metadata", "must be an object")
-    extra = data.get("extra") or None
+    metadata = _optional(data, "metadata", dict, {})
+    extra = _optional(data, "extra", dict, None) or None
     if extra is not None:
-        if not isinstance(extra, dict):
-            raise InvalidMessage("extra", "must be an object")
         clash = set(extra) & ALLOWED_KEYS
         if clash:
             raise InvalidMessage("extra", f"may not redefine {sorted(clash)[0]!r}")
@@ -112,11 +113,50 @@ def validate_message(data: Any) -> NewMessage:
 
     message = NewMessage(
         role=role, content=text, content_parts=parts, name=name, tool_calls=tool_calls,
-        tool_call_id=tool_call_id, extra=extra, metadata=metadata, remember=remember,
+        tool_call_id=tool_call_id, extra=extra or None, metadata=metadata, remember=remember,
         idempotency_key=key,
     )
     _check_size(message)
     return message
+
+
+def _optional(data: dict, key: str, kind: type, default: Any) -> Any:
+    """``data[key]`` if it is a ``kind``; ``default`` if absent or null; else ``InvalidMessage``."""
+    value = data.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, kind):
+        raise InvalidMessage(key, "must be " + ("a string" if kind is str else "an object"))
+    return value
+
+
+def unstorable(value: Any) -> str | None:
+    """Why ``value`` (a string or JSON-like data, keys included) cannot be stored, or ``None``.
+
+    PostgreSQL's text and jsonb refuse NUL characters and lone surrogates, and JSON has no NaN or
+    infinity: refusing them here gives the caller a field-level error instead of a database error.
+    """
+    if isinstance(value, str):
+        if "\x00" in value:
+            return "must not contain NUL characters"
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return "must be valid Unicode (no lone surrogates)"
+        return None
+    if isinstance(value, float):
+        return None if math.isfinite(value) else "numbers must be finite"
+    if isinstance(value, dict):
+        for key, item in value.items():
+            problem = unstorable(key) if isinstance(key, str) else None
+            if problem := problem or unstorable(item):
+                return problem
+        return None
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            if problem := unstorable(item):
+                return problem
+    return None
 
 
 def validate_messages(batch: Any) -> list[NewMessage]:
@@ -153,7 +193,7 @@ def _content(content: Any, role: str, *, has_tool_calls: bool) -> tuple[str, lis
             raise InvalidMessage("content", "a list of content parts must not be empty")
         texts = []
         for i, part in enumerate(content):
-            if not isinstance(part, dict) or part.get("type") not in PART_TYPES:
+            if not isinstance(part, dict) or not isinstance(part.get("type"), str) or part["type"] not in PART_TYPES:
                 raise InvalidMessage(
                     "content", f"part {i} must be an object with type one of {', '.join(sorted(PART_TYPES))}"
                 )

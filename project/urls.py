@@ -1,8 +1,21 @@
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
 from django.views.generic import RedirectView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 urlpatterns = [
     path("", RedirectView.as_view(url="/admin/", permanent=False)),
     path("admin/", admin.site.urls),
 ]
+
+# --- REST API (memory_app.api) and its OpenAPI schema --------------------------------------------
+urlpatterns += [
+    path("api/memory/", include("memory_app.api.urls")),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
+]
+
+# ---- admin branding (demo project) ----------------------------------------------------------
+admin.site.site_header = "Conversation memory"
+admin.site.site_title = "Conversation memory"
+admin.site.index_title = "Sessions, transcripts and snapshots"

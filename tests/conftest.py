@@ -68,3 +68,62 @@ def openai_server(_openai_server):
     _openai_server.reset()
     yield _openai_server
     _openai_server.reset()
+
+
+def database_url() -> str:
+    """A DATABASE_URL for the database this test process uses (the test database), so
+    subprocesses (workers, concurrent appenders) connect to the same data."""
+    from urllib.parse import quote
+
+    from django.db import connection
+
+    s = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{s['NAME']}"
+    auth = quote(s["USER"] or "")
+    if s.get("PASSWORD"):
+        auth += ":" + quote(s["PASSWORD"])
+    host = s.get("HOST") or ""
+    if host.startswith("/"):  # a Unix socket directory
+        return f"postgresql://{auth}@/{s['NAME']}?host={quote(host)}"
+    port = f":{s['PORT']}" if s.get("PORT") else ""
+    return f"postgresql://{auth}@{host}{port}/{s['NAME']}"
+
+
+# ---- a real Celery worker (tasks through Redis) ------------------------------------------------
+@pytest.fixture(scope="session")
+def _celery_worker(tmp_path_factory, django_db_setup, _openai_server):
+    """One worker subprocess for the run (restarted by tests that kill it)."""
+    from tests.celery_worker import CeleryWorker
+
+    if connection.vendor != "postgresql":
+        pytest.skip("a worker subprocess needs a PostgreSQL test database")
+    worker = CeleryWorker(
+        database=connection.settings_dict,
+        # The worker's MEMORY_APP; tests sending to it use the same settings.
+        memory_app={
+            "OPENAI": {"base_url": _openai_server.base_url, "api_key": "test", "max_retries": 0,
+                       "timeout": 20},
+            "SUMMARIZER": "memory_app.providers.summarizers.OpenAISummarizer",
+            "SUMMARIZER_OPTIONS": {"model": "test-summarizer", "max_tokens": 200},
+            "SUMMARIZE_KEEP_RECENT": 2,
+            "SUMMARIZE_MAX_INPUT_TOKENS": 100,
+            "SUMMARIZE_THRESHOLD_TOKENS": None,
+        },
+        log_dir=tmp_path_factory.mktemp("celery-worker"),
+    )
+    yield worker
+    worker.stop()
+    worker.purge()
+
+
+@pytest.fixture
+def celery_worker(_celery_worker, transactional_db, settings, openai_server):
+    """A running worker, with this process sending tasks to it and sharing its MEMORY_APP.
+
+    Tests using it need committed data: ``django_db(transaction=True)`` (requested here).
+    """
+    settings.MEMORY_APP = dict(_celery_worker.memory_app)
+    _celery_worker.ensure_running()
+    with _celery_worker.sending():
+        yield _celery_worker

@@ -7,6 +7,8 @@ request, and fails on demand.
 Embeddings are a hashed bag of words (normalised), so texts sharing words are near each other:
 deterministic, fast, and good enough to test ranking. Chat replies come from ``chat_handler``
 (default: a short deterministic digest of the messages) or from a queue of canned replies.
+A reply may also be a dict, an assistant message with ``tool_calls`` (see ``tool_call_reply``),
+so agent loops can be driven through a tool call.
 """
 
 from __future__ import annotations
@@ -48,8 +50,8 @@ class FakeOpenAIServer:
     def __init__(self, embedding_dims: int = 64) -> None:
         self.embedding_dims = embedding_dims
         self.requests: list[dict[str, Any]] = []
-        self.chat_handler: Callable[[dict], str] = default_chat_reply
-        self._replies: deque[str] = deque()
+        self.chat_handler: Callable[[dict], str | dict] = default_chat_reply
+        self._replies: deque[str | dict] = deque()
         self._failures: deque[tuple[int, dict]] = deque()
         self.delay = 0.0
         self._lock = threading.Lock()
@@ -78,8 +80,12 @@ class FakeOpenAIServer:
             self.chat_handler = default_chat_reply
             self.delay = 0.0
 
-    def reply_with(self, *replies: str) -> None:
-        """Queue canned chat replies, used before ``chat_handler``."""
+    def reply_with(self, *replies: str | dict) -> None:
+        """Queue canned chat replies, used before ``chat_handler``.
+
+        A dict reply is an assistant message: ``{"content": ..., "tool_calls": [...]}``; other keys
+        (``reasoning_content``...) are sent as given.
+        """
         with self._lock:
             self._replies.extend(replies)
 
@@ -97,7 +103,7 @@ class FakeOpenAIServer:
         with self._lock:
             return self._failures.popleft() if self._failures else None
 
-    def _next_reply(self, request: dict) -> str:
+    def _next_reply(self, request: dict) -> str | dict:
         with self._lock:
             if self._replies:
                 return self._replies.popleft()
@@ -152,6 +158,8 @@ class FakeOpenAIServer:
                 reply = server._next_reply(payload)
                 model = payload.get("model", "fake")
                 created = int(time.time())
+                if isinstance(reply, dict):
+                    return self._chat_message(payload, reply, model, created)
                 if not payload.get("stream"):
                     return self._send(200, {
                         "id": "chatcmpl-fake", "object": "chat.completion", "created": created, "model": model,
@@ -181,7 +189,40 @@ class FakeOpenAIServer:
                 self.wfile.flush()
                 self.close_connection = True
 
+            def _chat_message(self, payload, reply: dict, model: str, created: int):
+                """A canned assistant message (tool calls included), plain or as one streamed chunk."""
+                # Other keys pass through (e.g. ``reasoning_content``, as some servers send).
+                message = {"role": "assistant", "content": None, **reply}
+                finish = "tool_calls" if reply.get("tool_calls") else "stop"
+                if not payload.get("stream"):
+                    return self._send(200, {
+                        "id": "chatcmpl-fake", "object": "chat.completion", "created": created, "model": model,
+                        "choices": [{"index": 0, "finish_reason": finish, "message": message}],
+                        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+                    })
+                delta = dict(message)
+                if "tool_calls" in delta:
+                    delta["tool_calls"] = [{**call, "index": i} for i, call in enumerate(delta["tool_calls"])]
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                for choice in ({"index": 0, "delta": delta, "finish_reason": None},
+                               {"index": 0, "delta": {}, "finish_reason": finish}):
+                    chunk = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": created,
+                             "model": model, "choices": [choice]}
+                    self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
+                self.close_connection = True
+
         return Handler
+
+
+def tool_call_reply(name: str, arguments: dict, call_id: str = "call_1", content: str | None = None) -> dict:
+    """A canned assistant reply that calls the function ``name`` (for ``reply_with``)."""
+    return {"content": content, "tool_calls": [
+        {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}]}
 
 
 if __name__ == "__main__":  # run by hand: python tests/openai_server.py

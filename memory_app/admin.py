@@ -1,0 +1,498 @@
+"""The admin: browse sessions, read their transcripts, and act on them.
+
+Everything that reads or changes a session goes through the adapter (``SessionMemory``); the
+admin only arranges what it returns (``memory_app.transcript``). The transcript is paged by
+cursor (``?after=``/``?before=``/``?at=``) on the ``(session, seq)`` index, so a page costs the
+same few queries on a session of ten messages as on one of a million. Messages and snapshots
+are never edited here: the log is append-only.
+
+Templates live in ``memory_app/templates/admin/memory_app/session/``; a host project overrides
+any of them by putting a file with the same path in one of its template ``DIRS``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any
+from urllib.parse import urlencode
+
+from django.contrib import admin, messages
+from django.contrib.admin.utils import model_ngettext, quote, unquote
+from django.core.exceptions import PermissionDenied
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.text import slugify, smart_split, unescape_string_literal
+
+from .exceptions import InvalidCursor, MemoryStoreError
+from .memory import SessionMemory
+from .models import Message, Session, Snapshot
+from .transcript import Page, arrange, coverage
+from .types import SnapshotView
+
+logger = logging.getLogger(__name__)
+
+
+class HasSnapshotFilter(admin.SimpleListFilter):
+    title = "snapshot"
+    parameter_name = "has_snapshot"
+
+    def lookups(self, request, model_admin):
+        return (("yes", "Yes"), ("no", "No"))
+
+    def queryset(self, request, queryset):
+        # ``has_snapshot`` is the EXISTS annotation SessionAdmin.get_queryset adds.
+        if self.value() == "yes":
+            return queryset.filter(has_snapshot=True)
+        if self.value() == "no":
+            return queryset.filter(has_snapshot=False)
+        return queryset
+
+
+class ExpiredFilter(admin.SimpleListFilter):
+    title = "expiry"
+    parameter_name = "expired"
+
+    def lookups(self, request, model_admin):
+        return (("yes", "Expired"), ("no", "Not expired"), ("never", "Never expires"))
+
+    def queryset(self, request, queryset):
+        now = timezone.now()
+        if self.value() == "yes":
+            return queryset.expired(now)
+        if self.value() == "no":
+            return queryset.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
+        if self.value() == "never":
+            return queryset.filter(expires_at__isnull=True)
+        return queryset
+
+
+def _enqueue(task_name: str, session_ids: Iterable[Any]) -> list[str]:
+    """Queue a Celery task from ``memory_app.tasks`` once per session; returns the task ids."""
+    from . import tasks
+
+    task = getattr(tasks, task_name)
+    return [task.delay(str(pk)).id for pk in session_ids]
+
+
+def _download(data: Any, filename: str) -> HttpResponse:
+    body = json.dumps(data, cls=DjangoJSONEncoder, ensure_ascii=False, indent=2)
+    response = HttpResponse(body, content_type="application/json; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+def _export_name(session: Session) -> str:
+    return f"session-{slugify(session.namespace) or 'ns'}-{slugify(session.key)[:60] or session.pk}.json"
+
+
+@admin.register(Session)
+class SessionAdmin(admin.ModelAdmin):
+    """Sessions: the changelist, the transcript on the change page, and the session actions."""
+
+    #: Messages per transcript page.
+    transcript_page_size = 50
+    #: Snapshot versions whose summaries the session page shows (all are on the coverage bar).
+    lineage_size = 10
+
+    list_display = (
+        "display_key", "display_title", "display_owner", "display_namespace", "messages", "tokens",
+        "snapshot", "updated_at",
+    )
+    list_display_links = ("display_key",)
+    list_filter = (
+        ("namespace", admin.AllValuesFieldListFilter),
+        ("owner", admin.RelatedOnlyFieldListFilter),
+        HasSnapshotFilter,
+        ExpiredFilter,
+    )
+    # The fields are listed so that the search box shows; get_search_results does the work.
+    search_fields = ("key", "title")
+    search_help_text = "Searches keys, titles and the text of every message."
+    date_hierarchy = "updated_at"
+    ordering = ("-updated_at",)
+    list_select_related = ("owner",)
+    list_per_page = 50
+    show_full_result_count = False
+    empty_value_display = "none"
+    actions = ("summarize_now", "export_json", "reembed", "clear_sessions", "delete_selected")
+
+    fieldsets = (
+        (None, {"fields": ("title", "expires_at")}),
+        ("Identity", {"fields": (("key", "namespace"), ("owner", "id"), ("created_at", "updated_at"))}),
+        ("Counters", {
+            "fields": (("message_count", "token_count"), ("tokens_since_snapshot", "next_seq")),
+            "description": "Kept by the store as messages are appended, pruned and cleared.",
+        }),
+        ("Metadata", {"fields": ("metadata",), "classes": ("collapse",)}),
+    )
+    readonly_fields = (
+        "id", "key", "namespace", "owner", "created_at", "updated_at", "message_count",
+        "token_count", "tokens_since_snapshot", "next_seq",
+    )
+    change_form_template = "admin/memory_app/session/change_form.html"
+
+    class Media:
+        css = {"all": ("memory_app/admin.css",)}
+        js = ("memory_app/admin.js",)
+
+    # -- changelist --------------------------------------------------------------------------
+    def changelist_view(self, request, extra_context=None):
+        return super().changelist_view(request, {"title": "Sessions", **(extra_context or {})})
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        # Both are subqueries on the (session, version) index: no extra query per row.
+        latest_version = Snapshot.objects.filter(session=OuterRef("pk")).order_by("-version")
+        return super().get_queryset(request).with_snapshot_flag().annotate(
+            snapshot_version=Subquery(latest_version.values("version")[:1])
+        )
+
+    def get_search_results(self, request, queryset, search_term):
+        """Every term must match the key, the title, or the text of one of the messages.
+
+        Message text is matched with ``EXISTS`` (one subquery per term, not a join), so a
+        session with many matching messages is listed once and the query count stays put.
+        """
+        for bit in smart_split(search_term):
+            if bit.startswith(('"', "'")) and bit[0] == bit[-1] and len(bit) > 1:
+                bit = unescape_string_literal(bit)
+            if not bit:
+                continue
+            in_messages = Exists(Message.objects.filter(session=OuterRef("pk"), content__icontains=bit))
+            queryset = queryset.filter(Q(key__icontains=bit) | Q(title__icontains=bit) | in_messages)
+        return queryset, False
+
+    @admin.display(description="key", ordering="key")
+    def display_key(self, obj: Session) -> str:
+        return format_html('<span class="mem-key">{}</span>', obj.key)
+
+    @admin.display(description="title", ordering="title")
+    def display_title(self, obj: Session) -> str:
+        return obj.title or "—"
+
+    @admin.display(description="messages", ordering="message_count")
+    def messages(self, obj: Session) -> str:
+        return format_html('<span class="mem-num">{}</span>', f"{obj.message_count:,}")
+
+    @admin.display(description="tokens", ordering="token_count")
+    def tokens(self, obj: Session) -> str:
+        return format_html('<span class="mem-num">{}</span>', f"{obj.token_count:,}")
+
+    @admin.display(description="snapshot", ordering="snapshot_version")
+    def snapshot(self, obj: Session) -> str:
+        if not obj.has_snapshot:
+            return format_html('<span class="mem-quiet" title="no snapshot">{}</span>', "—")
+        return format_html('<span class="mem-pill mem-pill-snap" title="latest snapshot">v{}</span>',
+                           obj.snapshot_version)
+
+    @admin.display(description="owner", ordering="owner__username")
+    def display_owner(self, obj: Session) -> str:
+        return str(obj.owner) if obj.owner_id else format_html('<span class="mem-quiet">{}</span>', "none")
+
+    @admin.display(description="namespace", ordering="namespace")
+    def display_namespace(self, obj: Session) -> str:
+        return format_html('<span class="mem-pill mem-pill-ns">{}</span>', obj.namespace)
+
+    # -- permissions: sessions are created by agents; the log is append-only ----------------
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    # -- saving and deleting through the adapter ----------------------------------------------
+    def save_model(self, request, obj: Session, form, change: bool) -> None:
+        # Only the fields a person may edit, through the adapter: a full save() would write
+        # back counters read before concurrent appends.
+        editable = {"title", "metadata", "expires_at"} & set(form.changed_data)
+        if editable:
+            SessionMemory(obj).update(**{name: form.cleaned_data[name] for name in editable})
+
+    def delete_model(self, request, obj: Session) -> None:
+        SessionMemory(obj).delete()
+
+    def delete_queryset(self, request, queryset: QuerySet) -> None:
+        for session in queryset:
+            SessionMemory(session).delete()
+
+    def get_deleted_objects(self, objs, request):
+        """Summarise what goes with the sessions from the stored counters.
+
+        Django's default walks every related row (a line per message on the confirmation
+        page), which on a long session means loading the whole log to ask a question.
+        """
+        sessions = list(objs)
+        ids = [s.pk for s in sessions]
+        snapshots = Snapshot.objects.filter(session__in=ids).count()
+        deletable = [
+            format_html(
+                '{}: <a href="{}">{}</a> — {} messages, {} tokens',
+                Session._meta.verbose_name.capitalize(),
+                reverse("admin:memory_app_session_change", args=[quote(s.pk)],
+                        current_app=self.admin_site.name),
+                s, f"{s.message_count:,}", f"{s.token_count:,}",
+            )
+            for s in sessions
+        ]
+        model_count = {
+            Session._meta.verbose_name_plural: len(sessions),
+            Message._meta.verbose_name_plural: sum(s.message_count for s in sessions),
+            Snapshot._meta.verbose_name_plural: snapshots,
+        }
+        perms_needed = set() if self.has_delete_permission(request) else {Session._meta.verbose_name}
+        return deletable, model_count, perms_needed, []
+
+    # -- the change page: header, snapshot lineage and a page of the transcript --------------
+    def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
+        if obj is not None:
+            context.update(self.transcript_context(request, obj))
+        return super().render_change_form(request, context, add, change, form_url, obj)
+
+    def transcript_context(self, request: HttpRequest, session: Session) -> dict[str, Any]:
+        """A page of the transcript picked by ``?after=``, ``?before=`` or ``?at=`` (a cursor)."""
+        memory = SessionMemory(session)
+        size = self.transcript_page_size
+        cursor_error = None
+        try:
+            after, before = _page_request(request)
+        except InvalidCursor as err:
+            cursor_error, after, before = str(err), None, None
+
+        if after is not None:
+            found = memory.messages(after=after, limit=size + 1)
+            page, following = found[:size], found[size:]
+            next_cursor = following[0].cursor if following else None
+            edge = page[0].cursor if page else after + 1
+            earlier = memory.messages(before=edge, limit=1)
+            previous_cursor = earlier[0].cursor if earlier else None
+        else:
+            found = memory.messages(before=before, limit=size + 1) if before else memory.last(size + 1)
+            if len(found) > size:
+                previous_cursor, page = found[0].cursor, found[1:]
+            else:
+                previous_cursor, page = None, found
+            if before is None:
+                next_cursor = None
+            else:
+                later = memory.messages(after=(page[-1].cursor if page else before - 1), limit=1)
+                next_cursor = later[0].cursor if later else None
+
+        if not page:
+            # Past either end of the log: the page offers the way back to the newest instead.
+            previous_cursor = next_cursor = None
+
+        # Where every snapshot's range ends (small rows, however many versions there are),
+        # and the summaries of the latest few only.
+        bounds = memory.snapshot_ranges()
+        markers = [SnapshotView(version=version, upto=upto, summary="") for version, upto in bounds]
+        transcript = arrange(page, markers, previous=previous_cursor, next=next_cursor)
+        lineage = coverage(memory.snapshots(newest=self.lineage_size) if bounds else [], bounds)
+        for r in lineage:
+            r.link = _link(request, before=r.snapshot.upto + 1)
+        stored = memory.cursor_range()
+        return {
+            "transcript": transcript,
+            "lineage": list(reversed(lineage)),
+            "lineage_total": len(bounds),
+            "lineage_hidden": len(bounds) - len(lineage),
+            "latest_snapshot": markers[-1] if markers else None,
+            "stored_range": stored,
+            "coverage_bar": _coverage_bar(coverage(markers), transcript, session.messages_saved, stored),
+            "pager": _pager_links(request, transcript),
+            "cursor_error": cursor_error,
+            "requested_after": after,
+            "page_size": size,
+            "preserved_query": _preserved(request),
+        }
+
+    # -- per-session views (the buttons on the change page) ----------------------------------
+    def get_urls(self):
+        prefix = f"{self.opts.app_label}_{self.opts.model_name}"
+
+        def view(func: Callable) -> Callable:
+            return self.admin_site.admin_view(func)
+
+        # Before the default patterns: their "<path:object_id>/" would swallow these.
+        return [
+            path("<path:object_id>/export/", view(self.export_view), name=f"{prefix}_export"),
+            path("<path:object_id>/clear/", view(self.clear_view), name=f"{prefix}_clear"),
+            path("<path:object_id>/summarize/", view(self.summarize_view), name=f"{prefix}_summarize"),
+            path("<path:object_id>/reembed/", view(self.reembed_view), name=f"{prefix}_reembed"),
+        ] + super().get_urls()
+
+    def _session_or_404(self, request: HttpRequest, object_id: str) -> Session:
+        session = self.get_object(request, unquote(object_id))
+        if session is None:
+            raise Http404("No such session")
+        return session
+
+    def _change_url(self, session: Session) -> str:
+        return reverse("admin:memory_app_session_change", args=[quote(session.pk)],
+                       current_app=self.admin_site.name)
+
+    def export_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        session = self._session_or_404(request, object_id)
+        if not self.has_view_permission(request, session):
+            raise PermissionDenied
+        return _download(SessionMemory(session).export(), _export_name(session))
+
+    def clear_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        session = self._session_or_404(request, object_id)
+        if not self.has_delete_permission(request, session):
+            raise PermissionDenied
+        if request.method == "POST" and request.POST.get("post") == "yes":
+            self._clear([session], request)
+            return HttpResponseRedirect(self._change_url(session))
+        return self._clear_confirmation(request, [session], single=True)
+
+    def summarize_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        return self._enqueue_view(request, object_id, "summarize_session", "Summarization")
+
+    def reembed_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        return self._enqueue_view(request, object_id, "embed_session", "Re-embedding")
+
+    def _enqueue_view(self, request, object_id, task_name, what) -> HttpResponse:
+        if request.method != "POST":
+            return HttpResponse(status=405, headers={"Allow": "POST"})
+        session = self._session_or_404(request, object_id)
+        if not self.has_change_permission(request, session):
+            raise PermissionDenied
+        self._enqueue_and_report(request, task_name, what, [session])
+        return HttpResponseRedirect(self._change_url(session))
+
+    # -- actions -----------------------------------------------------------------------------
+    @admin.action(description="Summarize now", permissions=["change"])
+    def summarize_now(self, request, queryset):
+        self._enqueue_and_report(request, "summarize_session", "Summarization", list(queryset))
+
+    @admin.action(description="Re-embed messages", permissions=["change"])
+    def reembed(self, request, queryset):
+        self._enqueue_and_report(request, "embed_session", "Re-embedding", list(queryset))
+
+    @admin.action(description="Export selected sessions as JSON", permissions=["view"])
+    def export_json(self, request, queryset):
+        exports = [SessionMemory(session).export() for session in queryset]
+        stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
+        return _download(exports, f"sessions-{stamp}.json")
+
+    @admin.action(description="Clear selected sessions…", permissions=["delete"])
+    def clear_sessions(self, request, queryset):
+        sessions = list(queryset)
+        if request.POST.get("post") == "yes":
+            self._clear(sessions, request)
+            return None
+        return self._clear_confirmation(request, sessions, single=False)
+
+    def _enqueue_and_report(self, request, task_name: str, what: str, sessions: list[Session]) -> None:
+        try:
+            task_ids = _enqueue(task_name, [s.pk for s in sessions])
+        except Exception as err:  # the broker is down, or the task failed when run eagerly
+            logger.exception("could not queue %s", task_name)
+            self.message_user(request, f"{what} could not be queued: {err}", messages.ERROR)
+            return
+        if len(sessions) == 1:
+            text = f"{what} queued for “{sessions[0]}” (task {task_ids[0]})."
+        else:
+            text = f"{what} queued for {len(sessions)} sessions."
+        self.message_user(request, text, messages.SUCCESS)
+
+    def _clear(self, sessions: list[Session], request: HttpRequest) -> None:
+        cleared = 0
+        for session in sessions:
+            try:
+                SessionMemory(session).clear()
+            except MemoryStoreError as err:  # e.g. deleted meanwhile
+                self.message_user(request, f"“{session}” was not cleared: {err}", messages.WARNING)
+                continue
+            self.log_change(request, session, "Cleared messages, snapshots, embeddings and metadata.")
+            cleared += 1
+        if cleared:
+            self.message_user(
+                request, f"Cleared {cleared} {model_ngettext(self.opts, cleared)}.", messages.SUCCESS
+            )
+
+    def _clear_confirmation(self, request, sessions: list[Session], *, single: bool) -> TemplateResponse:
+        ids = [s.pk for s in sessions]
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Are you sure?",
+            "subtitle": str(sessions[0]) if single else None,
+            "opts": self.opts,
+            "sessions": sessions,
+            "single": single,
+            "object": sessions[0] if single else None,
+            "messages_total": sum(s.message_count for s in sessions),
+            "tokens_total": sum(s.token_count for s in sessions),
+            "snapshots_total": Snapshot.objects.filter(session__in=ids).count(),
+            "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+            "media": self.media,
+        }
+        request.current_app = self.admin_site.name
+        return TemplateResponse(request, "admin/memory_app/session/clear_confirmation.html", context)
+
+
+# -- helpers for the transcript page ---------------------------------------------------------
+def _page_request(request: HttpRequest) -> tuple[int | None, int | None]:
+    """``(after, before)`` from the query string; ``at=C`` means the page starting at C."""
+    def cursor(name: str) -> int | None:
+        raw = request.GET.get(name, "").strip()
+        if raw == "":
+            return None
+        if not raw.isdigit():
+            raise InvalidCursor(f"{name} must be a cursor (a whole number), not {raw!r}")
+        return int(raw)
+
+    at, after, before = cursor("at"), cursor("after"), cursor("before")
+    if at is not None:
+        return max(at - 1, 0), None
+    if after is not None:
+        return after, None
+    if before is not None and before < 1:
+        raise InvalidCursor("before must be at least 1")
+    return None, before
+
+
+_PAGE_PARAMS = {"after", "before", "at"}
+
+
+def _preserved(request: HttpRequest) -> list[tuple[str, str]]:
+    """Query parameters other than the page's (e.g. the changelist filters to return to)."""
+    return [(k, v) for k, values in request.GET.lists() if k not in _PAGE_PARAMS for v in values]
+
+
+def _link(request: HttpRequest, **params: int) -> str:
+    return "?" + urlencode(_preserved(request) + list(params.items()))
+
+
+def _pager_links(request: HttpRequest, page: Page) -> dict[str, str | None]:
+    return {
+        "oldest": _link(request, after=0) if page.has_older else None,
+        "older": _link(request, before=page.first) if page.has_older else None,
+        "newer": _link(request, after=page.last) if page.has_newer else None,
+        "newest": _link(request) if page.has_newer else None,
+    }
+
+
+def _coverage_bar(ranges, page: Page, saved: int, stored: tuple[int, int] | None) -> dict[str, Any] | None:
+    """Positions (in % of every cursor handed out) of each snapshot's range, of the cursors no
+    longer stored, and of this page."""
+    if saved <= 0:
+        return None
+
+    def span(first: int, last: int) -> dict[str, float]:
+        left = (first - 1) / saved * 100
+        return {"left": round(left, 3), "width": round(max((last - first + 1) / saved * 100, 0.4), 3)}
+
+    segments = [
+        {**span(r.first, r.snapshot.upto), "version": r.snapshot.version, "first": r.first,
+         "upto": r.snapshot.upto}
+        for r in ranges
+    ]
+    window = span(page.first, page.last) if page.first is not None else None
+    gone_upto = saved if stored is None else stored[0] - 1
+    gone = {**span(1, gone_upto), "upto": gone_upto} if gone_upto > 0 else None
+    return {"segments": segments, "gone": gone, "window": window, "saved": saved}
+

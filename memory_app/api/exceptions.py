@@ -1,0 +1,98 @@
+"""The one place where errors become HTTP responses.
+
+Every error body has the same shape: ``{"detail": "...", "code": "..."}``, plus ``field`` (and
+``index`` for a message of a batch) and ``errors`` (``{field: [messages]}``) when a field is at
+fault, and the versions involved for a snapshot conflict. The adapter's typed errors map to
+statuses through ``ERROR_STATUS``; DRF's own errors (validation, authentication, throttling,
+404) are reshaped to the same body.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from rest_framework import exceptions as drf_exceptions
+from rest_framework import status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+from ..exceptions import (
+    InvalidCursor,
+    InvalidExport,
+    InvalidMessage,
+    InvalidSession,
+    InvalidSnapshot,
+    MemoryStoreError,
+    MessageTooLarge,
+    SessionExists,
+    SessionNotFound,
+    SnapshotConflict,
+)
+
+#: Status and machine-readable code of each adapter error (looked up along the class's MRO,
+#: so a new subclass inherits its parent's mapping until it gets its own line here).
+ERROR_STATUS: dict[type[MemoryStoreError], tuple[int, str]] = {
+    MemoryStoreError: (status.HTTP_400_BAD_REQUEST, "invalid"),
+    InvalidMessage: (status.HTTP_400_BAD_REQUEST, "invalid_message"),
+    MessageTooLarge: (status.HTTP_400_BAD_REQUEST, "message_too_large"),
+    InvalidCursor: (status.HTTP_400_BAD_REQUEST, "invalid_cursor"),
+    InvalidSnapshot: (status.HTTP_400_BAD_REQUEST, "invalid_snapshot"),
+    InvalidExport: (status.HTTP_400_BAD_REQUEST, "invalid_export"),
+    InvalidSession: (status.HTTP_400_BAD_REQUEST, "invalid_session"),
+    SessionNotFound: (status.HTTP_404_NOT_FOUND, "not_found"),
+    SessionExists: (status.HTTP_409_CONFLICT, "session_exists"),
+    SnapshotConflict: (status.HTTP_409_CONFLICT, "snapshot_conflict"),
+}
+
+
+def memory_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    """DRF exception handler of the memory API views (set on the views, not project-wide)."""
+    if isinstance(exc, MemoryStoreError):
+        return _store_error_response(exc)
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None  # a real bug: let Django answer 500 and log it
+    response.data = _drf_error_body(exc, response.data)
+    return response
+
+
+def _store_error_response(exc: MemoryStoreError) -> Response:
+    http_status, code = next(ERROR_STATUS[cls] for cls in type(exc).__mro__ if cls in ERROR_STATUS)
+    body: dict[str, Any] = {"detail": str(exc), "code": code}
+    field = getattr(exc, "field", None)
+    if field:
+        body["field"] = field
+        body["errors"] = {field: [getattr(exc, "reason", None) or str(exc)]}
+    if isinstance(exc, InvalidMessage) and exc.index is not None:
+        body["index"] = exc.index
+    if isinstance(exc, SnapshotConflict):
+        current = exc.current
+        body["expected_version"] = exc.expected_version
+        body["current_version"] = current.version if current is not None else None
+        body["current"] = dataclasses.asdict(current) if current is not None else None
+    return Response(body, status=http_status)
+
+
+def _drf_error_body(exc: Exception, data: Any) -> dict[str, Any]:
+    if isinstance(exc, drf_exceptions.ValidationError):
+        errors = data if isinstance(data, dict) else {"non_field_errors": data}
+        body: dict[str, Any] = {"detail": "Invalid input.", "code": "invalid", "errors": errors}
+        field = next((name for name in errors if name != "non_field_errors"), None)
+        if field:
+            body["field"] = field
+            body["detail"] = f"{field}: {_first_message(errors[field])}"
+        return body
+    if isinstance(exc, drf_exceptions.APIException):
+        codes = exc.get_codes()
+        return {"detail": str(exc.detail), "code": codes if isinstance(codes, str) else exc.default_code}
+    # Django's Http404 / PermissionDenied, already turned into DRF responses.
+    detail = data.get("detail", "") if isinstance(data, dict) else str(data)
+    code = "not_found" if getattr(detail, "code", None) == "not_found" else getattr(detail, "code", "error")
+    return {"detail": str(detail), "code": code}
+
+
+def _first_message(errors: Any) -> str:
+    while isinstance(errors, (list, dict)) and errors:
+        errors = errors[0] if isinstance(errors, list) else next(iter(errors.values()))
+    return str(errors)

@@ -1,0 +1,364 @@
+"""Request parsing and response shapes of the REST API.
+
+Messages are validated by the adapter (``memory_app.validation``), not here: the serializers
+that describe them exist for the OpenAPI schema, so the rules live in one place. Responses
+never include embeddings or internal row ids.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from ..conf import memory_settings
+from ..memory import MAX_CURSOR
+from ..models import Role
+from ..types import StoredMessage
+from ..validation import MAX_KEY, MAX_NAME, PART_TYPES
+
+#: Largest count a client may ask a window for (PostgreSQL's integer).
+MAX_COUNT = 2**31 - 1
+
+
+class StrictFieldsMixin:
+    """Refuse fields the serializer does not accept (unknown or read-only) with a 400 naming them,
+    instead of silently ignoring them."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            writable = {name for name, field in self.fields.items() if not field.read_only}
+            unknown = sorted(set(data) - writable)
+            if unknown:
+                allowed = ", ".join(sorted(writable))
+                raise serializers.ValidationError(
+                    {name: [f"Unknown or read-only field; accepted fields: {allowed}."] for name in unknown}
+                )
+        return super().to_internal_value(data)
+
+
+# JSON has types: a client sending 5 for a string or "true" for a boolean is told so, rather
+# than having DRF's coercion guess (the schema promises what is accepted, exactly).
+
+class StrictCharField(serializers.CharField):
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictBooleanField(serializers.BooleanField):
+    default_error_messages = {"invalid": "Must be true or false."}
+
+    def to_internal_value(self, data: Any) -> bool:
+        if not isinstance(data, bool):
+            self.fail("invalid")
+        return data
+
+
+class StrictIntegerField(serializers.IntegerField):
+    def to_internal_value(self, data: Any) -> int:
+        if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+# -- schema-only building blocks ---------------------------------------------------------------
+
+CONTENT_SCHEMA = {
+    "oneOf": [
+        {"type": "string"},
+        {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "type": "object",
+                "properties": {"type": {"type": "string", "enum": sorted(PART_TYPES)}},
+                "required": ["type"],
+                "additionalProperties": True,
+            },
+        },
+    ],
+    "nullable": True,
+    "description": "Text, a list of OpenAI content parts, or null (an assistant message with tool calls).",
+}
+
+
+@extend_schema_field(CONTENT_SCHEMA)
+class ContentField(serializers.JSONField):
+    """Message content as OpenAI has it: a string, a list of parts, or null."""
+
+
+class ToolCallFunctionSerializer(serializers.Serializer):
+    name = serializers.CharField(min_length=1)
+    arguments = serializers.CharField(required=False, allow_blank=True,
+                                      help_text="The arguments as a JSON string.")
+
+
+class ToolCallSerializer(serializers.Serializer):
+    id = serializers.CharField(min_length=1, max_length=MAX_KEY)
+    type = serializers.ChoiceField(choices=["function"], default="function")
+    function = ToolCallFunctionSerializer()
+
+
+class MessageInSerializer(serializers.Serializer):
+    """An OpenAI chat message, plus the store's optional fields (null means absent)."""
+
+    role = serializers.ChoiceField(choices=Role.choices)
+    content = ContentField(required=False, allow_null=True)
+    name = serializers.CharField(required=False, allow_null=True, allow_blank=True, max_length=MAX_NAME)
+    tool_calls = ToolCallSerializer(many=True, required=False, allow_null=True,
+                                    help_text="Assistant messages only.")
+    tool_call_id = serializers.CharField(required=False, allow_null=True, allow_blank=True, max_length=MAX_KEY,
+                                         help_text="Tool messages only: the call they answer.")
+    metadata = serializers.DictField(required=False, allow_null=True,
+                                     help_text="Free-form, stored with the message.")
+    remember = serializers.BooleanField(required=False, help_text="Never pruned by snapshots.")
+    idempotency_key = serializers.CharField(
+        required=False, allow_null=True, max_length=MAX_KEY,
+        help_text="A retried append with the same key returns the stored message instead of a copy.",
+    )
+    extra = serializers.DictField(required=False, allow_null=True,
+                                  help_text="Other OpenAI message fields, kept losslessly.")
+
+
+@extend_schema_field(MessageInSerializer(many=True))
+class MessageListField(serializers.ListField):
+    """A list of messages, passed to the adapter as sent (it validates them)."""
+
+
+class MessageBatchInSerializer(serializers.Serializer):
+    messages = MessageInSerializer(
+        many=True, help_text="Appended atomically, in order: all of them or none."
+    )
+
+
+# -- responses ---------------------------------------------------------------------------------
+
+class StoredMessageSerializer(serializers.Serializer):
+    """A message of the log in OpenAI form, with its cursor and the store's fields.
+
+    Other OpenAI fields a message was stored with (``extra``, e.g. ``refusal``) appear as
+    top-level keys, as in the message that was appended.
+    """
+
+    cursor = serializers.IntegerField(help_text="Its place in the log: gapless, ordered, never reused.")
+    role = serializers.ChoiceField(choices=Role.choices)
+    content = ContentField(allow_null=True)
+    name = serializers.CharField(required=False)
+    tool_calls = ToolCallSerializer(many=True, required=False)
+    tool_call_id = serializers.CharField(required=False)
+    metadata = serializers.DictField()
+    tokens = serializers.IntegerField(help_text="Tokens it costs in a chat request.")
+    remember = serializers.BooleanField()
+    idempotency_key = serializers.CharField(required=False)
+    created_at = serializers.DateTimeField()
+
+    def to_representation(self, instance: StoredMessage) -> dict[str, Any]:
+        # The adapter's own dict: lossless (extra OpenAI fields pass through) and never embeddings.
+        return instance.as_dict()
+
+
+class AppendedMessagesSerializer(serializers.Serializer):
+    messages = StoredMessageSerializer(many=True, help_text="The stored messages, in order, with cursors.")
+
+
+class MessagePageSerializer(serializers.Serializer):
+    next = serializers.URLField(allow_null=True, help_text="The next page, or null at the end of the log.")
+    results = StoredMessageSerializer(many=True)
+
+
+class OpenAIMessageSerializer(serializers.Serializer):
+    """An OpenAI chat message, ready to send."""
+
+    role = serializers.ChoiceField(choices=Role.choices)
+    content = ContentField(allow_null=True)
+    name = serializers.CharField(required=False)
+    tool_calls = ToolCallSerializer(many=True, required=False)
+    tool_call_id = serializers.CharField(required=False)
+
+
+class WindowSerializer(serializers.Serializer):
+    messages = OpenAIMessageSerializer(
+        many=True, help_text="What to send the model next: summary and pinned messages, system "
+                             "messages, then the newest messages that fit.",
+    )
+    cursors = serializers.ListField(
+        child=serializers.IntegerField(allow_null=True),
+        help_text="Each message's cursor; null for the summary and pinned messages.",
+    )
+    tokens = serializers.IntegerField(help_text="Tokens of every message.")
+    budget_tokens = serializers.IntegerField(help_text="Tokens counted toward max_tokens (not system messages).")
+    snapshot_version = serializers.IntegerField(allow_null=True)
+    first_cursor = serializers.IntegerField(allow_null=True)
+
+    def to_representation(self, instance) -> dict[str, Any]:
+        return dataclasses.asdict(instance)
+
+
+class SnapshotSerializer(serializers.Serializer):
+    version = serializers.IntegerField(help_text="1, 2, 3... per session.")
+    upto = serializers.IntegerField(help_text="Cursor of the last message the summary stands for.")
+    summary = serializers.CharField()
+    pinned = OpenAIMessageSerializer(many=True, help_text="Sent with the summary in every window.")
+    model = serializers.CharField(allow_blank=True)
+    metadata = serializers.DictField()
+    created_at = serializers.DateTimeField(allow_null=True)
+
+    def to_representation(self, instance) -> dict[str, Any]:
+        return dataclasses.asdict(instance)
+
+
+class SessionSerializer(serializers.Serializer):
+    id = serializers.UUIDField(read_only=True)
+    key = serializers.CharField(read_only=True)
+    namespace = serializers.CharField(read_only=True)
+    title = serializers.CharField(read_only=True)
+    metadata = serializers.DictField(read_only=True)
+    message_count = serializers.IntegerField(read_only=True, help_text="Messages stored now.")
+    token_count = serializers.IntegerField(read_only=True, help_text="Tokens of the stored messages.")
+    has_snapshot = serializers.BooleanField(read_only=True)
+    created_at = serializers.DateTimeField(read_only=True)
+    updated_at = serializers.DateTimeField(read_only=True)
+    expires_at = serializers.DateTimeField(read_only=True, allow_null=True)
+
+
+# -- requests ----------------------------------------------------------------------------------
+
+class SessionCreateSerializer(StrictFieldsMixin, serializers.Serializer):
+    key = StrictCharField(max_length=255, help_text="Unique per owner and namespace.")
+    namespace = StrictCharField(max_length=100, required=False, help_text="The agent's name.")
+    title = StrictCharField(max_length=255, required=False, allow_blank=True)
+    metadata = serializers.DictField(required=False)
+    expires_at = serializers.DateTimeField(required=False, allow_null=True,
+                                           help_text="Deleted by memory_prune after this time.")
+    get_or_create = StrictBooleanField(
+        default=False,
+        help_text="When the key is taken: false (default) answers 409; true returns the existing "
+                  "session with 200 (its title, metadata and expiry unchanged).",
+    )
+
+
+class SessionUpdateSerializer(StrictFieldsMixin, serializers.Serializer):
+    title = StrictCharField(max_length=255, required=False, allow_blank=True)
+    metadata = serializers.DictField(required=False, help_text="Replaces the whole metadata object.")
+    expires_at = serializers.DateTimeField(required=False, allow_null=True, help_text="null: never expires.")
+
+
+class SnapshotCreateSerializer(StrictFieldsMixin, serializers.Serializer):
+    summary = StrictCharField(help_text="Stands for every message up to `upto`.")
+    upto = StrictIntegerField(min_value=0, max_value=MAX_CURSOR,
+                              help_text="Cursor of the last message the summary covers.")
+    prev_version = StrictIntegerField(
+        required=False, allow_null=True, min_value=1, max_value=MAX_COUNT,
+        help_text="Version of the latest snapshot you read; omit or null if there was none. "
+                  "If another snapshot was saved since, the answer is 409 and nothing is written.",
+    )
+    pinned = MessageListField(required=False,
+                              help_text="Messages always sent with the summary (e.g. the task).")
+    model = StrictCharField(required=False, allow_blank=True, max_length=200,
+                            help_text="Who wrote the summary.")
+    metadata = serializers.DictField(required=False)
+    prune = StrictBooleanField(
+        required=False, allow_null=True,
+        help_text="Delete the covered messages (default: the PRUNE_COMPACTED setting).",
+    )
+
+
+class SessionListQuerySerializer(serializers.Serializer):
+    namespace = serializers.CharField(required=False, max_length=100,
+                                      help_text="Only sessions of this namespace (agent).")
+
+
+class MessagesQuerySerializer(serializers.Serializer):
+    after = serializers.IntegerField(required=False, min_value=0, max_value=MAX_CURSOR,
+                                     help_text="Return messages with a cursor greater than this.")
+    limit = serializers.IntegerField(
+        required=False, min_value=1, max_value=MAX_COUNT,
+        help_text="Page size (default API_MESSAGES_PAGE_SIZE, at most API_MESSAGES_MAX_PAGE_SIZE).",
+    )
+
+    def validate_limit(self, value: int) -> int:
+        most = memory_settings.API_MESSAGES_MAX_PAGE_SIZE
+        if value > most:
+            raise serializers.ValidationError(f"Ensure this value is at most {most}.")
+        return value
+
+
+class WindowQuerySerializer(serializers.Serializer):
+    max_tokens = serializers.IntegerField(required=False, min_value=0, max_value=MAX_COUNT,
+                                          help_text="Token budget (system messages do not count).")
+    max_messages = serializers.IntegerField(required=False, min_value=0, max_value=MAX_COUNT,
+                                            help_text="Most messages after the summary.")
+    model = serializers.CharField(required=False, max_length=200,
+                                  help_text="Count tokens with this model's encoding.")
+
+
+class ImportQuerySerializer(serializers.Serializer):
+    key = serializers.CharField(required=False, max_length=255, help_text="Store under this key instead.")
+    namespace = serializers.CharField(required=False, max_length=100,
+                                      help_text="Store in this namespace instead.")
+
+
+# -- export / import ---------------------------------------------------------------------------
+
+class ExportSessionSerializer(serializers.Serializer):
+    id = serializers.UUIDField(required=False)
+    key = serializers.CharField()
+    namespace = serializers.CharField(required=False)
+    title = serializers.CharField(required=False, allow_blank=True)
+    metadata = serializers.DictField(required=False)
+    created_at = serializers.DateTimeField(required=False, allow_null=True)
+    updated_at = serializers.DateTimeField(required=False, allow_null=True)
+    expires_at = serializers.DateTimeField(required=False, allow_null=True)
+    next_seq = serializers.IntegerField(required=False, min_value=1,
+                                        help_text="Cursor the next message gets.")
+
+
+class ExportMessageSerializer(MessageInSerializer):
+    cursor = serializers.IntegerField(min_value=1)
+    tokens = serializers.IntegerField(required=False, min_value=0)
+    idempotency_key = serializers.CharField(required=False, allow_null=True, max_length=MAX_KEY)
+    created_at = serializers.DateTimeField(required=False, allow_null=True)
+
+
+class ExportSnapshotSerializer(serializers.Serializer):
+    version = serializers.IntegerField(min_value=1)
+    upto = serializers.IntegerField(min_value=1)
+    summary = serializers.CharField()
+    pinned = OpenAIMessageSerializer(many=True, required=False)
+    model = serializers.CharField(required=False, allow_blank=True)
+    metadata = serializers.DictField(required=False)
+    created_at = serializers.DateTimeField(required=False, allow_null=True)
+
+
+class SessionExportSerializer(serializers.Serializer):
+    """A whole session, lossless: what GET export returns and POST import takes back."""
+
+    format = serializers.ChoiceField(choices=["memory_app.session"])
+    version = serializers.ChoiceField(choices=[1])
+    session = ExportSessionSerializer()
+    messages = ExportMessageSerializer(many=True)
+    snapshots = ExportSnapshotSerializer(many=True)
+
+    def to_representation(self, instance: dict[str, Any]) -> dict[str, Any]:
+        return instance
+
+
+# -- errors ------------------------------------------------------------------------------------
+
+class ErrorSerializer(serializers.Serializer):
+    detail = serializers.CharField(help_text="What went wrong, for people.")
+    code = serializers.CharField(help_text="What went wrong, for programs (e.g. invalid_message).")
+    field = serializers.CharField(required=False, help_text="The field at fault, when there is one.")
+    index = serializers.IntegerField(required=False, help_text="The message's place in a batch.")
+    errors = serializers.DictField(required=False, help_text="Messages by field.")
+
+
+class SnapshotConflictSerializer(ErrorSerializer):
+    expected_version = serializers.IntegerField(allow_null=True, help_text="The prev_version you sent.")
+    current_version = serializers.IntegerField(allow_null=True, help_text="The latest version now.")
+    current = SnapshotSerializer(allow_null=True, help_text="The latest snapshot now: reload from it.")

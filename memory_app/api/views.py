@@ -1,0 +1,362 @@
+"""The REST API views: thin HTTP shells over the adapter (``memory_app.memory``).
+
+Each action parses its input, makes one adapter call and serialises what comes back; the
+adapter's typed errors become HTTP statuses in ``memory_app.api.exceptions``. Later features add
+their own ``@action`` on ``SessionViewSet`` (``sessions/{id}/search/``, ...), reusing
+``get_memory()``, which resolves the session within the requester's owner scope.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import QueryDict
+from django.utils.module_loading import import_string
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import (
+    OpenApiExample,
+    OpenApiParameter,
+    OpenApiResponse,
+    PolymorphicProxySerializer,
+    extend_schema,
+    extend_schema_view,
+)
+from rest_framework import filters, serializers, status
+from rest_framework.decorators import action
+from rest_framework.parsers import JSONParser
+from rest_framework.renderers import JSONRenderer
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.viewsets import GenericViewSet
+
+from ..conf import memory_settings
+from ..exceptions import InvalidMessage, SessionExists
+from ..memory import Memory, SessionMemory
+from ..models import Session
+from . import serializers as s
+from .exceptions import memory_exception_handler
+from .pagination import SessionCursorPagination, next_messages_link
+
+# -- documented error responses ------------------------------------------------------------------
+
+_ERROR = s.ErrorSerializer
+AUTH_ERRORS = {
+    401: OpenApiResponse(_ERROR, description="Not authenticated (token authentication)."),
+    403: OpenApiResponse(_ERROR, description="Not authenticated (session authentication) or not allowed."),
+    429: OpenApiResponse(_ERROR, description="Throttled: retry after the Retry-After header's seconds."),
+}
+NOT_FOUND = {
+    404: OpenApiResponse(_ERROR, description="No such session for this user (another owner's session "
+                                             "is not found either)."),
+}
+BAD_INPUT = {400: OpenApiResponse(_ERROR, description="Bad input: `field` (and `index` in a batch) says "
+                                                      "what and `errors` why.")}
+UNSUPPORTED = {415: OpenApiResponse(_ERROR, description="The body must be JSON.")}
+SESSION_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="The session's id.")
+
+
+def _errors(*groups: dict) -> dict:
+    merged: dict = {}
+    for group in (AUTH_ERRORS, *groups):
+        merged.update(group)
+    return merged
+
+
+def _validated(serializer_class: type[serializers.Serializer], data: Any) -> dict[str, Any]:
+    if isinstance(data, QueryDict):
+        # As a plain dict: DRF reads an empty form value as "not given", but `?after=` is bad input.
+        data = data.dict()
+    serializer = serializer_class(data=data)
+    serializer.is_valid(raise_exception=True)
+    return dict(serializer.validated_data)
+
+
+class MemoryAPIMixin:
+    """Policies shared by the memory API views: JSON only, the app's permission and throttle
+    settings, the owner scope, and the one exception handler."""
+
+    parser_classes = [JSONParser]
+    renderer_classes = [JSONRenderer]
+
+    def get_permissions(self) -> list:
+        return [import_string(path)() if isinstance(path, str) else path()
+                for path in memory_settings.API_PERMISSION_CLASSES]
+
+    def get_throttles(self) -> list:
+        return [import_string(path)() if isinstance(path, str) else path()
+                for path in memory_settings.API_THROTTLE_CLASSES]
+
+    def get_exception_handler(self):
+        return memory_exception_handler
+
+    def owner_scope(self) -> Any:
+        """Whose sessions this request may see: asked of the permission classes (see
+        ``memory_app.api.permissions``); the requesting user when none says."""
+        for permission in self.get_permissions():
+            scope = getattr(permission, "owner_scope", None)
+            if scope is not None:
+                return scope(self.request, self)
+        return self.request.user
+
+
+@extend_schema_view(
+    list=extend_schema(
+        summary="List sessions",
+        description="Your sessions, newest first (or by `ordering`), a page at a time.",
+        parameters=[s.SessionListQuerySerializer],
+        responses={200: s.SessionSerializer(many=True), **_errors(BAD_INPUT)},
+    ),
+    create=extend_schema(
+        summary="Create a session",
+        description="A key is unique per owner and namespace: a taken key answers 409, unless "
+                    "`get_or_create` is true, which returns the existing session with 200.",
+        request=s.SessionCreateSerializer,
+        examples=[OpenApiExample("A support chat", request_only=True, value={
+            "key": "chat-42", "namespace": "support-bot", "title": "Refund question",
+            "metadata": {"customer": "c-1001"}})],
+        responses={
+            201: OpenApiResponse(s.SessionSerializer, description="Created."),
+            200: OpenApiResponse(s.SessionSerializer, description="Existing session (get_or_create)."),
+            409: OpenApiResponse(_ERROR, description="The key is taken (code session_exists)."),
+            **_errors(BAD_INPUT, UNSUPPORTED),
+        },
+    ),
+    retrieve=extend_schema(
+        summary="Get a session", parameters=[SESSION_ID],
+        responses={200: s.SessionSerializer, **_errors(NOT_FOUND)},
+    ),
+    partial_update=extend_schema(
+        summary="Update a session",
+        description="Only `title`, `metadata` (replaced whole) and `expires_at` may change; any "
+                    "other field, read-only or unknown, answers 400.",
+        parameters=[SESSION_ID], request=s.SessionUpdateSerializer,
+        examples=[OpenApiExample("Rename", request_only=True, value={"title": "Refund approved"})],
+        responses={200: s.SessionSerializer, **_errors(BAD_INPUT, NOT_FOUND, UNSUPPORTED)},
+    ),
+    destroy=extend_schema(
+        summary="Delete a session", description="With its messages, snapshots and embeddings.",
+        parameters=[SESSION_ID], responses={204: None, **_errors(NOT_FOUND)},
+    ),
+)
+class SessionViewSet(MemoryAPIMixin, GenericViewSet):
+    """Sessions of the requesting user and everything under them."""
+
+    lookup_url_kwarg = "id"
+    lookup_value_regex = "[^/]+"  # any id reaches the view, which answers 404 for a bad one
+    filter_backends = [filters.SearchFilter, filters.OrderingFilter]
+    search_fields = ["title", "key"]
+    ordering_fields = ["updated_at", "created_at"]
+    ordering = ["-updated_at"]
+    pagination_class = SessionCursorPagination
+    serializer_class = s.SessionSerializer
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):  # schema generation
+            return Session.objects.none()
+        namespace = _validated(s.SessionListQuerySerializer, self.request.query_params).get("namespace")
+        return Memory.sessions_queryset(self.owner_scope(), namespace=namespace)
+
+    def get_memory(self) -> SessionMemory:
+        """The session in the URL, if the requester may see it; else ``SessionNotFound`` (404)."""
+        return Memory.get(self.kwargs[self.lookup_url_kwarg], owner=self.owner_scope())
+
+    # -- sessions ---------------------------------------------------------------------------
+    def list(self, request: Request) -> Response:
+        queryset = self.filter_queryset(self.get_queryset())
+        page = self.paginate_queryset(queryset)
+        return self.get_paginated_response(s.SessionSerializer(page, many=True).data)
+
+    def create(self, request: Request) -> Response:
+        data = _validated(s.SessionCreateSerializer, request.data)
+        get_or_create = data.pop("get_or_create")
+        try:
+            memory = Memory.create(owner=request.user, **data)
+        except SessionExists:
+            if not get_or_create:
+                raise
+            memory = Memory.session(data["key"], owner=request.user, namespace=data.get("namespace"),
+                                    create=False)
+            return Response(s.SessionSerializer(memory.info()).data, status=status.HTTP_200_OK)
+        return Response(s.SessionSerializer(memory.info()).data, status=status.HTTP_201_CREATED)
+
+    def retrieve(self, request: Request, id: str) -> Response:
+        return Response(s.SessionSerializer(self.get_memory().info()).data)
+
+    def partial_update(self, request: Request, id: str) -> Response:
+        memory = self.get_memory()
+        memory.update(**_validated(s.SessionUpdateSerializer, request.data))
+        return Response(s.SessionSerializer(memory.info()).data)
+
+    def destroy(self, request: Request, id: str) -> Response:
+        self.get_memory().delete()
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    # -- the log ----------------------------------------------------------------------------
+    @extend_schema(
+        methods=["GET"],
+        summary="Read messages",
+        description="Messages with a cursor greater than `after`, oldest first, `limit` at a time; "
+                    "follow `next` until it is null.",
+        parameters=[SESSION_ID, s.MessagesQuerySerializer],
+        responses={200: s.MessagePageSerializer, **_errors(BAD_INPUT, NOT_FOUND)},
+    )
+    @extend_schema(
+        methods=["POST"],
+        summary="Append messages",
+        description="One OpenAI-format message, or `{\"messages\": [...]}` appended atomically (all "
+                    "or none). Answers the stored messages with their cursors. A message whose "
+                    "`idempotency_key` is already stored is returned instead of stored again.",
+        parameters=[SESSION_ID],
+        request=PolymorphicProxySerializer(
+            component_name="AppendMessages",
+            serializers=[s.MessageInSerializer, s.MessageBatchInSerializer],
+            resource_type_field_name=None,
+        ),
+        responses={201: s.AppendedMessagesSerializer, **_errors(BAD_INPUT, NOT_FOUND, UNSUPPORTED)},
+        examples=[
+            OpenApiExample("One message", value={"role": "user", "content": "Hi"}, request_only=True),
+            OpenApiExample("A batch", request_only=True, value={"messages": [
+                {"role": "user", "content": "Weather in Oslo?"},
+                {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function",
+                 "function": {"name": "weather", "arguments": "{\"city\": \"Oslo\"}"}}]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+            ]}),
+        ],
+    )
+    @action(detail=True, methods=["get", "post"])
+    def messages(self, request: Request, id: str) -> Response:
+        memory = self.get_memory()
+        if request.method == "POST":
+            return self._append(memory, request.data)
+        query = _validated(s.MessagesQuerySerializer, request.query_params)
+        limit = query.get("limit") or memory_settings.API_MESSAGES_PAGE_SIZE
+        found = memory.messages(after=query.get("after"), limit=limit + 1)
+        page = found[:limit]
+        return Response({
+            "next": next_messages_link(request, page, has_more=len(found) > limit),
+            "results": s.StoredMessageSerializer(page, many=True).data,
+        })
+
+    def _append(self, memory: SessionMemory, data: Any) -> Response:
+        if isinstance(data, dict) and "messages" in data and "role" not in data:
+            unknown = sorted(set(data) - {"messages"})
+            if unknown:
+                raise InvalidMessage(unknown[0], "unknown field (a batch is {\"messages\": [...]})")
+            stored = memory.add_many(data["messages"])
+        else:
+            stored = [memory.add(data)]
+        return Response({"messages": s.StoredMessageSerializer(stored, many=True).data},
+                        status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        summary="Context window",
+        description="What to send the model next: the latest snapshot's summary and pinned "
+                    "messages, system messages, then the newest messages that fit the budgets "
+                    "(tool calls and their results are kept or dropped together).",
+        parameters=[SESSION_ID, s.WindowQuerySerializer],
+        responses={200: s.WindowSerializer, **_errors(BAD_INPUT, NOT_FOUND)},
+    )
+    @action(detail=True, methods=["get"])
+    def window(self, request: Request, id: str) -> Response:
+        memory = self.get_memory()
+        query = _validated(s.WindowQuerySerializer, request.query_params)
+        return Response(s.WindowSerializer(memory.window(**query)).data)
+
+    # -- snapshots --------------------------------------------------------------------------
+    @extend_schema(
+        methods=["GET"],
+        summary="Latest snapshot",
+        parameters=[SESSION_ID],
+        responses={
+            200: s.SnapshotSerializer,
+            404: OpenApiResponse(_ERROR, description="No such session, or it has no snapshot yet "
+                                                     "(code no_snapshot)."),
+            **AUTH_ERRORS,
+        },
+    )
+    @extend_schema(
+        methods=["POST"],
+        summary="Save a snapshot (compare-and-swap)",
+        description="Saves a summary standing for every message up to `upto`. `prev_version` is "
+                    "the latest version you read (omit it if there was none): if another snapshot "
+                    "was saved since, nothing is written and the answer is 409 with the current "
+                    "snapshot. `upto` must move past the previous snapshot and lie within the log.",
+        parameters=[SESSION_ID],
+        request=s.SnapshotCreateSerializer,
+        examples=[
+            OpenApiExample("First snapshot", request_only=True, value={
+                "summary": "The user asked about the weather in Oslo; it is sunny.", "upto": 2,
+                "pinned": [{"role": "user", "content": "Task: plan a day in Oslo."}]}),
+            OpenApiExample("Next snapshot", request_only=True, value={
+                "summary": "Weather checked; the user now plans a museum visit.", "upto": 4,
+                "prev_version": 1}),
+        ],
+        responses={
+            201: s.SnapshotSerializer,
+            409: OpenApiResponse(s.SnapshotConflictSerializer,
+                                 description="Another snapshot was saved since `prev_version`."),
+            **_errors(BAD_INPUT, NOT_FOUND, UNSUPPORTED),
+        },
+    )
+    @action(detail=True, methods=["get", "post"])
+    def snapshot(self, request: Request, id: str) -> Response:
+        memory = self.get_memory()
+        if request.method == "POST":
+            data = _validated(s.SnapshotCreateSerializer, request.data)
+            saved = memory.save_snapshot(
+                data.pop("summary"), upto=data.pop("upto"), prev=data.pop("prev_version", None),
+                **data,
+            )
+            return Response(s.SnapshotSerializer(saved).data, status=status.HTTP_201_CREATED)
+        latest = memory.latest_snapshot()
+        if latest is None:
+            return Response({"detail": "This session has no snapshot yet.", "code": "no_snapshot"},
+                            status=status.HTTP_404_NOT_FOUND)
+        return Response(s.SnapshotSerializer(latest).data)
+
+    # -- whole-session operations -----------------------------------------------------------
+    @extend_schema(
+        summary="Export a session",
+        description="The whole session as lossless JSON (messages with cursors, snapshots, "
+                    "metadata); POST it to `sessions/import/` to restore it.",
+        parameters=[SESSION_ID],
+        responses={200: s.SessionExportSerializer, **_errors(NOT_FOUND)},
+    )
+    @action(detail=True, methods=["get"])
+    def export(self, request: Request, id: str) -> Response:
+        return Response(s.SessionExportSerializer(self.get_memory().export()).data)
+
+    @extend_schema(
+        summary="Import a session",
+        description="Restores an export as a new session of yours, with the same cursors, "
+                    "snapshots and metadata. `?key=` / `?namespace=` store it under another name.",
+        parameters=[s.ImportQuerySerializer],
+        request=s.SessionExportSerializer,
+        responses={
+            201: s.SessionSerializer,
+            409: OpenApiResponse(_ERROR, description="The key is taken (code session_exists)."),
+            **_errors(BAD_INPUT, UNSUPPORTED),
+        },
+    )
+    @action(detail=False, methods=["post"], url_path="import", url_name="import")
+    def import_session(self, request: Request) -> Response:
+        query = _validated(s.ImportQuerySerializer, request.query_params)
+        memory = Memory.import_session(request.data, owner=request.user, **query)
+        return Response(s.SessionSerializer(memory.info()).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        summary="Clear a session",
+        description="Removes its messages, snapshots, embeddings and metadata; the session stays "
+                    "and new messages get new cursors (cursors are never reused).",
+        parameters=[SESSION_ID],
+        request=None,
+        responses={200: s.SessionSerializer, **_errors(NOT_FOUND)},
+    )
+    @action(detail=True, methods=["post"])
+    def clear(self, request: Request, id: str) -> Response:
+        memory = self.get_memory()
+        memory.clear()
+        return Response(s.SessionSerializer(memory.info()).data)
+
+
+__all__ = ["MemoryAPIMixin", "SessionViewSet"]

@@ -1,0 +1,64 @@
+"""Create the demo admin login and a demo conversation to look at (idempotent)."""
+
+from __future__ import annotations
+
+import os
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand
+
+from memory_app import Memory
+
+DEMO_KEY = "demo-trip-planning"
+
+CONVERSATION = [
+    {"role": "system", "content": "You are a travel assistant. Use tools for live data."},
+    {"role": "user", "content": "Hi! I'm planning a week in Norway in June. My name is Ada."},
+    {"role": "assistant", "content": "Lovely, Ada! June is a great month: long days and mild weather. "
+                                     "Do you prefer cities, fjords or hiking?"},
+    {"role": "user", "content": "Fjords and some hiking. Please remember I don't eat fish."},
+    {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_weather_1", "type": "function",
+         "function": {"name": "get_weather", "arguments": "{\"city\": \"Bergen\", \"month\": \"June\"}"}},
+        {"id": "call_route_1", "type": "function",
+         "function": {"name": "plan_route", "arguments": "{\"from\": \"Bergen\", \"to\": \"Flåm\"}"}},
+    ]},
+    {"role": "tool", "tool_call_id": "call_weather_1", "content": "{\"avg_high_c\": 17, \"rain_days\": 14}"},
+    {"role": "tool", "tool_call_id": "call_route_1",
+     "content": "{\"route\": \"Bergen → Voss → Myrdal → Flåm\", \"hours\": 5.5}"},
+    {"role": "assistant", "content": "Bergen averages 17 °C in June with frequent showers, so pack a rain "
+                                     "jacket. The Bergen → Flåm route via the Flåm Railway takes about "
+                                     "5.5 hours and is spectacular."},
+    {"role": "user", "content": "Great. Which hikes near Flåm are good for a beginner?"},
+    {"role": "assistant", "content": "Try the Brekkefossen waterfall hike (1 h return) or the Rallarvegen "
+                                     "path downhill from Myrdal. Both are well marked."},
+]
+
+
+class Command(BaseCommand):
+    help = "Create the admin login (admin / admin unless DEMO_ADMIN_PASSWORD is set) and a demo session."
+
+    def handle(self, *args, **options):
+        User = get_user_model()
+        password = os.environ.get("DEMO_ADMIN_PASSWORD", "admin")
+        admin, created = User.objects.get_or_create(
+            username="admin", defaults={"is_staff": True, "is_superuser": True, "email": "admin@example.com"}
+        )
+        if created:
+            admin.set_password(password)
+            admin.save()
+        mem = Memory.session(DEMO_KEY, owner=admin, namespace="travel-agent",
+                             title="Planning a week in Norway")
+        if mem.count() == 0:
+            stored = mem.add_many(CONVERSATION)
+            mem.set_meta("channel", "web")
+            mem.save_snapshot(
+                "Ada plans a June week in Norway, prefers fjords and hiking, does not eat fish. "
+                "Bergen is rainy (17 °C); Bergen → Flåm by rail takes ~5.5 h.",
+                upto=stored[7].cursor, prev=None, model="demo",
+                pinned=[CONVERSATION[3]],
+            )
+        self.stdout.write(
+            f"Demo ready: log in at /admin/ as admin / {'(DEMO_ADMIN_PASSWORD)' if 'DEMO_ADMIN_PASSWORD' in os.environ else 'admin'}; "
+            f"session {mem.id} has {mem.count()} messages."
+        )

@@ -1,0 +1,336 @@
+"""The session admin through Django's test client: listing, transcript paging, actions."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+
+from memory_app import Memory
+from memory_app.models import Message, Session
+
+from .conftest import fill
+from .conversations import chatter
+
+CHANGELIST = reverse("admin:memory_app_session_changelist")
+
+
+def change_url(memory, **params) -> str:
+    url = reverse("admin:memory_app_session_change", args=[memory.id])
+    if params:
+        url += "?" + "&".join(f"{k}={v}" for k, v in params.items())
+    return url
+
+
+def cursors_on(response) -> list[int]:
+    """Cursors of the messages (and nested tool results) the transcript page shows."""
+    return sorted({int(c) for c in re.findall(r'id="m-(\d+)"', response.content.decode())})
+
+
+def listed_keys(response) -> list[str]:
+    return [s.key for s in response.context["cl"].result_list]
+
+
+# -- changelist -------------------------------------------------------------------------------
+def test_changelist_lists_counters_and_snapshot_flag(admin_client, trip, make_session):
+    make_session("plain", 3, namespace="support-bot")
+    response = admin_client.get(CHANGELIST)
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "trip-norway" in html and "A week in Norway" in html and "support-bot" in html
+    rows = {s.key: s for s in response.context["cl"].result_list}
+    assert rows["trip-norway"].snapshot_version == 1
+    assert rows["trip-norway"].has_snapshot and not rows["plain"].has_snapshot
+    assert rows["trip-norway"].message_count == 14
+
+
+def test_filters_narrow_the_list(admin_client, trip, make_session, user):
+    from django.utils import timezone
+
+    make_session("plain", 3, namespace="support-bot")
+    make_session("old", 2, namespace="support-bot", expires_at=timezone.now() - timezone.timedelta(days=1))
+    assert listed_keys(admin_client.get(CHANGELIST, {"namespace": "support-bot"})) == ["old", "plain"]
+    assert listed_keys(admin_client.get(CHANGELIST, {"has_snapshot": "yes"})) == ["trip-norway"]
+    assert sorted(listed_keys(admin_client.get(CHANGELIST, {"has_snapshot": "no"}))) == ["old", "plain"]
+    assert listed_keys(admin_client.get(CHANGELIST, {"expired": "yes"})) == ["old"]
+    assert sorted(listed_keys(admin_client.get(CHANGELIST, {"expired": "no"}))) == ["plain", "trip-norway"]
+    assert listed_keys(admin_client.get(CHANGELIST, {"owner__id__exact": user.pk})) == ["trip-norway"]
+
+
+def test_search_finds_message_text_once_per_session(admin_client, trip, make_session):
+    make_session("plain", 3)
+    # "Oslo" occurs in many messages of the trip: the session must still be listed once.
+    assert Message.objects.filter(session_id=trip.id, content__icontains="oslo").count() > 3
+    response = admin_client.get(CHANGELIST, {"q": "oslo"})
+    assert listed_keys(response) == ["trip-norway"]
+    assert listed_keys(admin_client.get(CHANGELIST, {"q": "plain"})) == ["plain"]
+    assert listed_keys(admin_client.get(CHANGELIST, {"q": "week norway"})) == ["trip-norway"]
+    assert listed_keys(admin_client.get(CHANGELIST, {"q": '"option 1 works"'})) == ["plain"]
+    assert listed_keys(admin_client.get(CHANGELIST, {"q": "no-such-text"})) == []
+
+
+def test_changelist_query_count_does_not_grow_with_sessions_or_messages(
+    admin_client, django_assert_max_num_queries, make_session
+):
+    small = make_session("small", 10)
+    with CaptureQueriesContext(connection) as baseline:
+        admin_client.get(CHANGELIST, {"q": "option"})
+    fill(small, chatter(1990, start=10))
+    for i in range(20):
+        make_session(f"more-{i}", 2)
+    with django_assert_max_num_queries(len(baseline)):
+        response = admin_client.get(CHANGELIST, {"q": "option"})
+    assert "small" in listed_keys(response)
+
+
+# -- the transcript ---------------------------------------------------------------------------
+def test_session_page_shows_a_conversation_with_tool_calls_and_lineage(admin_client, trip):
+    response = admin_client.get(change_url(trip))
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert cursors_on(response) == list(range(1, 15))
+    assert 'class="mem-msg mem-role-system' in html and "always in context" in html
+    # Both tool results are rendered inside the assistant message that made the calls.
+    call_message = html[html.index('id="m-5"'):html.index('id="m-8"')]
+    assert "search_flights" in call_message and "DY1305" in call_message and 'id="m-6"' in call_message
+    assert '<details class="mem-call' in call_message
+    # The long itinerary is folded; the snapshot's range ends after message 10.
+    assert "Show all" in html
+    assert html.index('id="m-10"') < html.index('id="snapshot-end-1"') < html.index('id="m-11"')
+    assert "in summary v1" in html and "remembered" in html
+    assert 'id="snapshot-1"' in html and "#1 – #10" in html and "gpt-4o-mini" in html
+    assert "1 pinned message" in html
+
+
+def test_transcript_pages_by_cursor_both_ways(admin_client, make_session):
+    memory = make_session("long", 230)
+    newest = admin_client.get(change_url(memory))
+    assert cursors_on(newest) == list(range(181, 231))
+    pager = newest.context["pager"]
+    assert pager["newer"] is None and pager["older"] == "?before=181"
+    older = admin_client.get(change_url(memory, before=181))
+    assert cursors_on(older) == list(range(131, 181))
+    assert older.context["pager"]["newer"] == "?after=180"
+    oldest = admin_client.get(change_url(memory, after=0))
+    assert cursors_on(oldest) == list(range(1, 51))
+    assert oldest.context["pager"]["older"] is None
+    assert cursors_on(admin_client.get(change_url(memory, at=100))) == list(range(100, 150))
+    assert cursors_on(admin_client.get(change_url(memory, before=20))) == list(range(1, 20))
+
+
+def test_paging_keeps_the_changelist_filters(admin_client, make_session):
+    memory = make_session("long", 120)
+    response = admin_client.get(change_url(memory, _changelist_filters="q%3Doption"))
+    assert response.context["pager"]["older"] == "?_changelist_filters=q%3Doption&before=71"
+
+
+def test_a_bad_cursor_is_reported_and_the_newest_page_shown(admin_client, make_session):
+    memory = make_session("short", 5)
+    response = admin_client.get(change_url(memory, after="abc"))
+    assert response.status_code == 200
+    assert "must be a cursor" in response.content.decode()
+    assert cursors_on(response) == [1, 2, 3, 4, 5]
+    for params in ({"after": 99}, {"before": 1}):
+        beyond = admin_client.get(change_url(memory, **params))
+        assert cursors_on(beyond) == [] and "Go to the newest" in beyond.content.decode()
+        assert set(beyond.context["pager"].values()) == {None}
+
+
+def test_transcript_page_query_count_does_not_grow_with_the_session(
+    admin_client, django_assert_max_num_queries, make_session
+):
+    small, large = make_session("small", 10), make_session("large", 2000)
+    for memory in (small, large):
+        memory.save_snapshot("summary", upto=4)
+    pairs = [({}, {}), ({"after": 2}, {"after": 1000}), ({"before": 8}, {"before": 1500}),
+             ({"at": 3}, {"at": 1950})]
+    for on_small, on_large in pairs:
+        with CaptureQueriesContext(connection) as baseline:
+            admin_client.get(change_url(small, **on_small))
+        with django_assert_max_num_queries(len(baseline)):
+            response = admin_client.get(change_url(large, **on_large))
+        assert len(cursors_on(response)) == 50
+    # No statement counts or offsets into the log.
+    with CaptureQueriesContext(connection) as queries:
+        admin_client.get(change_url(large, after=1000))
+    message_sql = [q["sql"] for q in queries if Message._meta.db_table in q["sql"]]
+    assert message_sql and not any("OFFSET" in s.upper() or "COUNT(" in s.upper() for s in message_sql)
+
+
+def test_pruned_sessions_say_what_is_gone(admin_client, make_session):
+    memory = make_session("pruned", 30)
+    memory.save_snapshot("first twenty", upto=20, prune=True)
+    response = admin_client.get(change_url(memory, after=0))
+    html = response.content.decode()
+    assert cursors_on(response) == list(range(21, 31))
+    assert "Cursors #1 – #20 are no longer stored" in html
+    assert html.index('id="snapshot-end-1"') < html.index('id="m-21"')
+
+
+# -- editing ----------------------------------------------------------------------------------
+def test_only_title_expiry_and_metadata_are_editable_and_counters_survive(admin_client, trip):
+    url = change_url(trip)
+    form = admin_client.get(url).context["adminform"].form
+    assert set(form.fields) == {"title", "expires_at", "metadata"}
+    trip.add({"role": "user", "content": "appended while the page was open"})
+    response = admin_client.post(url, {
+        "title": "Norway, June", "expires_at_0": "", "expires_at_1": "",
+        "metadata": json.dumps({"channel": "web"}), "_continue": "1",
+    })
+    assert response.status_code == 302
+    session = Session.objects.get(pk=trip.id)
+    assert session.title == "Norway, June" and session.metadata == {"channel": "web"}
+    assert session.message_count == 15 and session.next_seq == 16
+
+
+def test_sessions_cannot_be_added_and_messages_have_no_admin(admin_client):
+    assert admin_client.get(reverse("admin:memory_app_session_add")).status_code == 403
+    from django.contrib import admin
+
+    from memory_app.models import Snapshot
+
+    assert not admin.site.is_registered(Message) and not admin.site.is_registered(Snapshot)
+
+
+# -- actions ----------------------------------------------------------------------------------
+def test_export_downloads_the_adapters_export(admin_client, trip):
+    response = admin_client.get(reverse("admin:memory_app_session_export", args=[trip.id]))
+    assert response.status_code == 200
+    assert response["Content-Disposition"] == 'attachment; filename="session-travel-agent-trip-norway.json"'
+    data = json.loads(response.content)
+    assert data == json.loads(json.dumps(trip.export(), default=str))
+    restored = Memory.import_session(data, key="restored")
+    assert [m.as_openai() for m in restored.messages()] == [m.as_openai() for m in trip.messages()]
+
+
+def test_export_action_downloads_every_selected_session(admin_client, trip, make_session):
+    other = make_session("plain", 3)
+    response = admin_client.post(CHANGELIST, {
+        "action": "export_json", "_selected_action": [str(trip.id), str(other.id)]})
+    assert response.status_code == 200 and response["Content-Type"].startswith("application/json")
+    assert sorted(e["session"]["key"] for e in json.loads(response.content)) == ["plain", "trip-norway"]
+
+
+def test_clear_asks_first_then_clears_through_the_adapter(admin_client, trip):
+    url = reverse("admin:memory_app_session_clear", args=[trip.id])
+    confirm = admin_client.get(url)
+    html = confirm.content.decode()
+    assert confirm.status_code == 200 and "14</strong> messages" in html and "1</strong> snapshot" in html
+    assert Session.objects.get(pk=trip.id).message_count == 14  # nothing happened yet
+    response = admin_client.post(url, {"post": "yes"})
+    assert response.status_code == 302
+    assert trip.count() == 0 and trip.snapshots() == [] and trip.meta == {}
+    assert trip.add({"role": "user", "content": "again"}).cursor == 15  # cursors never reused
+
+
+def test_clear_action_confirms_then_clears_the_selection(admin_client, trip, make_session):
+    keep, gone = make_session("keep", 4), make_session("gone", 6)
+    data = {"action": "clear_sessions", "_selected_action": [str(trip.id), str(gone.id)]}
+    confirm = admin_client.post(CHANGELIST, data)
+    assert confirm.status_code == 200 and b"Clear the 2 selected sessions?" in confirm.content
+    assert gone.count() == 6
+    done = admin_client.post(CHANGELIST, {**data, "post": "yes"}, follow=True)
+    assert b"Cleared 2 sessions." in done.content
+    assert (trip.count(), gone.count(), keep.count()) == (0, 0, 4)
+
+
+def test_delete_confirmation_summarises_from_counters(admin_client, make_session, django_assert_max_num_queries):
+    big = make_session("big", 1500)
+    url = reverse("admin:memory_app_session_delete", args=[big.id])
+    with django_assert_max_num_queries(12):
+        confirm = admin_client.get(url)
+    html = confirm.content.decode()
+    assert "1,500 messages" in html and html.count("<li>") < 20
+    admin_client.post(url, {"post": "yes"})
+    assert not Session.objects.filter(pk=big.id).exists()
+    assert not Message.objects.filter(session_id=big.id).exists()
+
+
+def test_delete_action_goes_through_the_adapter(admin_client, make_session):
+    one, two = make_session("one", 3), make_session("two", 3)
+    admin_client.post(CHANGELIST, {"action": "delete_selected", "post": "yes",
+                                   "_selected_action": [str(one.id), str(two.id)]})
+    assert not Session.objects.exists()
+
+
+def test_actions_need_their_permissions(client, make_user, trip):
+    from django.contrib.auth.models import Permission
+
+    viewer = make_user("viewer", is_staff=True)
+    viewer.user_permissions.add(Permission.objects.get(codename="view_session", content_type__app_label="memory_app"))
+    client.force_login(viewer)
+    assert client.get(reverse("admin:memory_app_session_export", args=[trip.id])).status_code == 200
+    assert client.get(reverse("admin:memory_app_session_clear", args=[trip.id])).status_code == 403
+    assert client.post(reverse("admin:memory_app_session_summarize", args=[trip.id])).status_code == 403
+    page = client.get(change_url(trip)).content.decode()
+    assert "Export JSON" in page and "Clear…" not in page and "Summarize now" not in page
+
+
+def test_unknown_session_is_404(admin_client):
+    assert admin_client.get("/admin/memory_app/session/00000000-0000-0000-0000-000000000000/export/").status_code == 404
+    assert admin_client.get("/admin/memory_app/session/not-a-uuid/clear/").status_code == 404
+
+
+@pytest.mark.parametrize("name", ["summarize", "reembed"])
+def test_queue_buttons_only_post(admin_client, trip, name):
+    assert admin_client.get(reverse(f"admin:memory_app_session_{name}", args=[trip.id])).status_code == 405
+
+
+# -- the queued actions (memory_app.tasks) ----------------------------------------------------
+def test_summarize_now_runs_the_summarize_task(admin_client, tasks, make_session):
+    memory = make_session("chatty", 80)
+    response = admin_client.post(reverse("admin:memory_app_session_summarize", args=[memory.id]), follow=True)
+    text = response.content.decode()
+    assert "Summarization queued for “chatty” (task " in text
+    snapshot = memory.latest_snapshot()
+    assert snapshot is not None and 1 <= snapshot.upto < 80
+
+
+def test_summarize_action_queues_one_task_per_session(admin_client, tasks, make_session):
+    one, two = make_session("one", 80), make_session("two", 80)
+    response = admin_client.post(CHANGELIST, {"action": "summarize_now",
+                                              "_selected_action": [str(one.id), str(two.id)]}, follow=True)
+    assert b"Summarization queued for 2 sessions." in response.content
+    assert one.latest_snapshot() is not None and two.latest_snapshot() is not None
+
+
+def test_reembed_runs_the_embed_task(admin_client, tasks, make_session):
+    from memory_app.models import Embedding
+
+    memory = make_session("to-embed", 6)
+    Embedding.objects.filter(session_id=memory.id).delete()
+    response = admin_client.post(reverse("admin:memory_app_session_reembed", args=[memory.id]), follow=True)
+    assert "Re-embedding queued for “to-embed” (task " in response.content.decode()
+    assert Embedding.objects.filter(session_id=memory.id).values("message").distinct().count() == 6
+
+
+def test_lineage_shows_the_latest_summaries_and_every_range(admin_client, make_session):
+    memory = make_session("compacted", 150)
+    for version in range(1, 15):
+        memory.save_snapshot(f"summary number {version}", upto=version * 10, prev=version - 1 or None)
+    response = admin_client.get(change_url(memory, after=0))
+    html = response.content.decode()
+    assert [r.snapshot.version for r in response.context["lineage"]] == list(range(14, 4, -1))
+    assert "summary number 14" in html and "summary number 4<" not in html
+    assert "and 4 older versions" in html
+    # The page (cursors 1-50) still shows where versions 1-4 end, and who covers each message.
+    assert all(f'id="snapshot-end-{v}"' in html for v in (1, 2, 3, 4))
+    assert len(response.context["coverage_bar"]["segments"]) == 14
+    assert response.context["lineage"][-1].first == 41  # v5 starts after v4's upto
+
+
+def test_message_text_is_escaped(admin_client, make_session):
+    memory = make_session("hostile", 0)
+    memory.add_many([
+        {"role": "user", "content": "<script>alert('x')</script>", "name": "<b>eve</b>"},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
+            "name": "<img src=x onerror=alert(1)>", "arguments": '{"q": "<i>"}'}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "</details><script>alert(2)</script>"},
+    ])
+    html = admin_client.get(change_url(memory)).content.decode()
+    assert "<script>alert" not in html and "<img src=x" not in html and "<b>eve</b>" not in html
+    assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in html

@@ -1,0 +1,87 @@
+"""The OpenAPI schema documents every endpoint and its errors; Swagger UI is served locally."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.contrib.staticfiles import finders
+from django.core.management import call_command
+
+from memory_app import Memory
+from memory_app.models import Embedding
+
+from .conftest import session_url
+
+pytestmark = pytest.mark.django_db
+
+OPERATIONS = {
+    ("/api/memory/sessions/", "get"), ("/api/memory/sessions/", "post"),
+    ("/api/memory/sessions/import/", "post"),
+    ("/api/memory/sessions/{id}/", "get"), ("/api/memory/sessions/{id}/", "patch"),
+    ("/api/memory/sessions/{id}/", "delete"),
+    ("/api/memory/sessions/{id}/messages/", "get"), ("/api/memory/sessions/{id}/messages/", "post"),
+    ("/api/memory/sessions/{id}/window/", "get"),
+    ("/api/memory/sessions/{id}/snapshot/", "get"), ("/api/memory/sessions/{id}/snapshot/", "post"),
+    ("/api/memory/sessions/{id}/export/", "get"),
+    ("/api/memory/sessions/{id}/clear/", "post"),
+}
+
+
+@pytest.fixture
+def schema(client):
+    response = client.get("/api/schema/", HTTP_ACCEPT="application/json")
+    assert response.status_code == 200
+    return response.json()
+
+
+def test_every_endpoint_and_its_errors_are_documented(schema):
+    documented = {(path, method) for path, item in schema["paths"].items() for method in item
+                  if path.startswith("/api/memory/")}
+    assert documented == OPERATIONS
+    for path, method in OPERATIONS:
+        operation = schema["paths"][path][method]
+        codes = set(operation["responses"])
+        assert {"401", "403", "429"} <= codes, (path, method)
+        if "{id}" in path:
+            assert "404" in codes, (path, method)
+            [id_param] = [p for p in operation["parameters"] if p["name"] == "id"]
+            assert (id_param["in"], id_param["schema"]) == ("path", {"type": "string", "format": "uuid"})
+        if method in ("post", "patch") and not path.endswith("/clear/"):
+            assert "400" in codes, (path, method)
+        assert operation.get("summary"), (path, method)
+    snapshot_conflict = schema["paths"]["/api/memory/sessions/{id}/snapshot/"]["post"]["responses"]["409"]
+    assert snapshot_conflict["content"]["application/json"]["schema"]["$ref"].endswith("/SnapshotConflict")
+    assert {"cookieAuth", "tokenAuth"} <= set(schema["components"]["securitySchemes"])
+
+
+def test_schema_is_valid_and_warning_free(tmp_path):
+    call_command("spectacular", "--validate", "--fail-on-warn", "--file", str(tmp_path / "schema.yaml"))
+
+
+def test_swagger_ui_is_served_without_a_cdn(client):
+    response = client.get("/api/docs/")
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "swagger-ui" in page and "/api/schema/" in page
+    assert "cdn.jsdelivr" not in page and "unpkg" not in page
+    assert "drf_spectacular_sidecar" in page
+    # Every script and stylesheet the page names is a static file of this installation.
+    static_refs = re.findall(r'(?:src|href)="/static/([^"]+)"', page)
+    assert any(ref.endswith("swagger-ui-bundle.js") for ref in static_refs)
+    for ref in static_refs:
+        assert finders.find(ref), ref
+
+
+@pytest.mark.postgres
+def test_no_response_carries_embeddings(api, session):
+    message = session.messages()[1]
+    Embedding.objects.create(message_id=message.id, session_id=session.id, owner=session.session.owner,
+                             model="test-model", dimensions=3, vector=[0.1, 0.2, 0.3])
+    session.save_snapshot("s", upto=1)
+    urls = [session_url(session.id, a) for a in ("messages", "window", "snapshot", "export")]
+    for url in [*urls, session_url(session.id)]:
+        body = api.get(url).content.decode()
+        assert "0.2" not in body and "test-model" not in body and "vector" not in body
+        assert "embedding" not in body.lower()
+    assert Memory.get(session.id, owner=session.session.owner).count() == 3
