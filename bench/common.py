@@ -22,10 +22,12 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def setup_django(db_name: str = "bench", *, fresh: bool = False) -> dict[str, Any]:
+def setup_django(db_name: str = "bench", *, fresh: bool = False,
+                 memory_app: dict[str, Any] | None = None) -> dict[str, Any]:
     """Point Django at database ``db_name`` on the project's server, create and migrate it.
 
-    Returns the connection settings (Django's ``settings_dict``). ``fresh`` drops it first.
+    Returns the connection settings (Django's ``settings_dict``). ``fresh`` drops it first;
+    ``memory_app`` overrides entries of the ``MEMORY_APP`` settings.
     """
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
@@ -33,6 +35,8 @@ def setup_django(db_name: str = "bench", *, fresh: bool = False) -> dict[str, An
     from django.conf import settings
 
     database = settings.DATABASES["default"]  # reading settings starts the embedded server
+    if memory_app:
+        settings.MEMORY_APP = {**getattr(settings, "MEMORY_APP", {}), **memory_app}
     if database["ENGINE"] != "django.db.backends.postgresql":
         raise SystemExit("the benchmarks need PostgreSQL (set DATABASE_URL to a postgres:// URL)")
     if database["NAME"] != db_name:
