@@ -18,6 +18,12 @@ PAUSE = "pause here"
 BATCH = 1000
 
 
+@pytest.fixture(autouse=True)
+def store_only(settings):
+    # The store alone: a batch this size would otherwise start a summary (inline, with no broker).
+    settings.MEMORY_APP = {**getattr(settings, "MEMORY_APP", {}), "SUMMARIZE_THRESHOLD_TOKENS": None}
+
+
 @pytest.fixture
 def pause_mid_batch():
     """A trigger that stops an insert at the message whose content is PAUSE, after the rows
