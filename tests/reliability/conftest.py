@@ -1,4 +1,4 @@
-"""Helpers for the reliability tests: real appender processes against the test database."""
+"""Fixtures for the reliability tests: real appender processes against the test database."""
 
 from __future__ import annotations
 
