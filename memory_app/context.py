@@ -83,7 +83,8 @@ def select_tail(
     kept: list[list[StoredMessage]] = []
     used_tokens = used_messages = 0
     for group in tool_groups_newest_first(newest_first):
-        group_tokens = sum(cost(m) for m in group)
+        # Most groups are one message: skip the generator (windows walk hundreds of them).
+        group_tokens = cost(group[0]) if len(group) == 1 else sum(map(cost, group))
         if max_tokens is not None and used_tokens + group_tokens > max_tokens:
             break
         if max_messages is not None and used_messages + len(group) > max_messages:
@@ -135,9 +136,10 @@ def assemble_window(
             in_range_system.append(system)
     messages.extend(head)
     cursors.extend([None] * len(head))
-    for message in sorted([*tail, *in_range_system], key=lambda m: m.cursor):
-        messages.append(message.as_openai())
-        cursors.append(message.cursor)
+    # The tail is in log order already; merge only when system messages fall inside it.
+    ordered = sorted([*tail, *in_range_system], key=lambda m: m.cursor) if in_range_system else tail
+    messages.extend([m.as_openai() for m in ordered])
+    cursors.extend([m.cursor for m in ordered])
 
     system_tokens = sum(cost_of_dict(m) for m in top_system) + sum(cost(m) for m in system_messages)
     budget_tokens = head_tokens + tail_tokens

@@ -4,22 +4,33 @@ On PostgreSQL an append is one statement: a CTE bumps the session's counters (ta
 lock, which serialises concurrent appenders) and inserts the messages with the cursors it
 handed out. Other databases take the same lock with an UPDATE, then bulk-insert, in one
 transaction. A failed statement rolls both back, so a cursor is never skipped.
+
+The hot paths on PostgreSQL (append, last N, the pages a window reads) skip the ORM's query
+compiler: their SQL is built once from the models' metadata and sent with server-side
+parameter binding (one fixed statement text whatever the batch size, so the server can reuse
+a prepared plan when the project enables ``prepare_threshold``). They still go through
+Django's cursor wrapper, so transactions, error translation, query logging and
+``execute_wrapper`` hooks see them like any other query.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import fields
+from functools import cache
 
 from django.db import IntegrityError, connections, router, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from .conf import memory_settings
 from .encryption import decrypt_row, encrypt_row
 from .exceptions import SessionNotFound
-from .models import Message, Session
+from .models import Message, Session, Snapshot
 from .tokens import count_message
-from .types import StoredMessage
+from .types import SnapshotView, StoredMessage
 from .validation import NewMessage
 
 ROW_FIELDS = (
@@ -62,10 +73,12 @@ def append(session_id, messages: list[NewMessage]) -> list[StoredMessage]:
 
 def _append_idempotent(session_id, messages, tokens) -> list[StoredMessage]:
     keys = [m.idempotency_key for m in messages if m.idempotency_key]
-    existing = {
-        m.idempotency_key: m
-        for m in rows(Message.objects.filter(session_id=session_id, idempotency_key__in=keys))
-    }
+    connection = connections[router.db_for_read(Message)]
+    if connection.vendor == "postgresql":
+        found = _fetch(connection, _sql().by_keys, [session_id, keys])
+    else:
+        found = rows(Message.objects.filter(session_id=session_id, idempotency_key__in=keys))
+    existing = {m.idempotency_key: m for m in found}
     fresh = [(m, t) for m, t in zip(messages, tokens, strict=True) if m.idempotency_key not in existing]
     stored = iter(_insert(session_id, [m for m, _ in fresh], [t for _, t in fresh]) if fresh else [])
     return [existing[m.idempotency_key] if m.idempotency_key in existing else next(stored) for m in messages]
@@ -88,67 +101,215 @@ def _insert(session_id, messages: list[NewMessage], tokens: list[int]) -> list[S
     return stored
 
 
-_PG_COLUMNS = (
-    "role", "content", "content_parts", "name", "tool_calls", "tool_call_id", "extra",
-    "metadata", "token_count", "remember", "idempotency_key",
-)
-_PG_JSON = {"content_parts", "tool_calls", "extra", "metadata"}
+# -- PostgreSQL: fixed SQL, server-side binding ---------------------------------------------
+
+# Empty metadata (the common case) comes back as NULL: cheaper than decoding "{}" per row.
+_COLUMNS = ", ".join("NULLIF(metadata, '{}'::jsonb)" if f == "metadata" else f for f in ROW_FIELDS)
 
 
-def _insert_postgresql(connection, session_id, messages, tokens) -> list[StoredMessage]:
-    session_table = Session._meta.db_table
-    message_table = Message._meta.db_table
-    n = len(messages)
-    values_sql = ", ".join(["(%s::bigint, " + ", ".join(["%s"] * len(_PG_COLUMNS)) + ")"] * n)
-    params: list = [n, n, sum(tokens), sum(tokens), timezone.now(), session_id, n, session_id]
-    for ordinal, (message, token_count) in enumerate(zip(messages, tokens, strict=True)):
-        params.append(ordinal)
-        for column in _PG_COLUMNS:
-            if column == "token_count":
-                value = token_count
-            else:
-                value = getattr(message, column)
-            if column in _PG_JSON:
-                value = None if value is None else json.dumps(value)
-            params.append(value)
-    select_columns = ", ".join(
-        f"v.{c}::jsonb" if c in _PG_JSON else
-        ("v.token_count::integer" if c == "token_count" else
-         ("v.remember::boolean" if c == "remember" else f"v.{c}"))
-        for c in _PG_COLUMNS
-    )
-    returning = ", ".join(ROW_FIELDS)
-    sql = f"""
-        WITH bumped AS (
-            UPDATE {session_table}
-               SET next_seq = next_seq + %s,
-                   message_count = message_count + %s,
-                   token_count = token_count + %s,
-                   tokens_since_snapshot = tokens_since_snapshot + %s,
-                   updated_at = %s
-             WHERE id = %s
-         RETURNING next_seq - %s AS first_seq
-        )
-        INSERT INTO {message_table} (session_id, seq, {", ".join(_PG_COLUMNS)})
-        SELECT %s, bumped.first_seq + v.ordinal, {select_columns}
-          FROM bumped, (VALUES {values_sql}) AS v(ordinal, {", ".join(_PG_COLUMNS)})
-        RETURNING {returning}
+class _Statements:
+    """The hot statements, written once from the models' table names."""
+
+    def __init__(self) -> None:
+        session = Session._meta.db_table
+        message = Message._meta.db_table
+        snapshot = Snapshot._meta.db_table
+        # Named parameters: each is sent once however often the statement uses it.
+        bump = f"""
+            WITH bumped AS (
+                UPDATE {session}
+                   SET next_seq = next_seq + %(n)s,
+                       message_count = message_count + %(n)s,
+                       token_count = token_count + %(tokens)s,
+                       tokens_since_snapshot = tokens_since_snapshot + %(tokens)s,
+                       updated_at = %(now)s
+                 WHERE id = %(session)s
+             RETURNING next_seq - %(n)s AS first_seq
+            )
+            INSERT INTO {message} (session_id, seq, role, content, content_parts, name, tool_calls,
+                                   tool_call_id, extra, metadata, token_count, remember,
+                                   idempotency_key)
+        """
+        # A single message travels as plain parameters (the cheapest plan for one row) ...
+        self.append_one = bump + """
+            SELECT %(session)s, bumped.first_seq, %(role)s, %(content)s, %(content_parts)s::jsonb,
+                   %(name)s, %(tool_calls)s::jsonb, %(tool_call_id)s, %(extra)s::jsonb,
+                   %(metadata)s::jsonb, %(tokens)s::integer, %(remember)s::boolean,
+                   %(idempotency_key)s
+              FROM bumped
+            RETURNING seq, created_at, id
+        """
+        # ... a batch as one JSON array of rows: one parameter, encoded by the json module's C
+        # encoder and decoded by the server, whatever the batch size (so the statement text,
+        # and a prepared plan, never depend on it).
+        self.append_many = bump + """
+            SELECT %(session)s, bumped.first_seq + v.i, v.role, v.content, v.content_parts,
+                   COALESCE(v.name, ''), v.tool_calls, COALESCE(v.tool_call_id, ''), v.extra,
+                   COALESCE(v.metadata, '{}'::jsonb), v.token_count, COALESCE(v.remember, false),
+                   v.idempotency_key
+              FROM bumped,
+                   json_to_recordset(%(rows)s::json) AS v(
+                       i integer, role text, content text, content_parts jsonb, name text,
+                       tool_calls jsonb, tool_call_id text, extra jsonb, metadata jsonb,
+                       token_count integer, remember boolean, idempotency_key text)
+            RETURNING seq, created_at, id
+        """
+        self.newest = f"""
+            SELECT {_COLUMNS} FROM {message}
+             WHERE session_id = %s AND seq > %s AND seq < %s
+             ORDER BY seq DESC LIMIT %s
+        """
+        self.by_keys = f"""
+            SELECT {_COLUMNS} FROM {message}
+             WHERE session_id = %s AND idempotency_key = ANY(%s::text[])
+        """
+        self.system = f"""
+            SELECT {_COLUMNS} FROM {message}
+             WHERE session_id = %s AND role = 'system' ORDER BY seq
+        """
+        # The session's counters (to size a window's first page), its latest snapshot and
+        # its system messages (a partial index): one row per system message, at least one.
+        self.window_head = f"""
+            SELECT s.message_count, s.token_count,
+                   snap.version, snap.upto, snap.summary, snap.pinned, snap.model, snap.metadata,
+                   snap.created_at, sys.*
+              FROM {session} s
+              LEFT JOIN LATERAL (
+                SELECT * FROM {snapshot} WHERE session_id = s.id ORDER BY version DESC LIMIT 1
+              ) snap ON true
+              LEFT JOIN LATERAL (
+                SELECT {_COLUMNS} FROM {message}
+                 WHERE session_id = s.id AND role = 'system' ORDER BY seq
+              ) sys ON true
+             WHERE s.id = %s
+             ORDER BY sys.seq
+        """
+
+
+@cache
+def _sql() -> _Statements:
+    return _Statements()
+
+
+def _cursor(connection):
+    """A Django cursor wrapper over a psycopg cursor on ``connection`` that binds parameters
+    server-side and reads results in binary (psycopg decodes jsonb, timestamps and numbers in
+    C; Django's text-format timestamp loader is Python).
+
+    Django's own cursors bind parameters client-side unless the project opts in
+    (``OPTIONS["server_side_binding"]``); these statements always bind server-side.
     """
-    with connection.cursor() as cursor:
+    from psycopg import Cursor
+    from psycopg.pq import Format
+
+    if connection.errors_occurred and connection.connection is not None and not connection.in_atomic_block:
+        # An earlier statement failed (the server may have ended the connection): check the
+        # connection as Django does between requests, so that a retry reconnects instead of
+        # failing again on a dead socket.
+        if connection.is_usable():
+            connection.errors_occurred = False
+        else:
+            connection.close()
+    connection.close_if_health_check_failed()
+    connection.ensure_connection()  # also refuses to run in an event loop (async_unsafe)
+    with connection.wrap_database_errors:
+        raw = Cursor(connection.connection)
+    raw.format = Format.BINARY
+    if connection.queries_logged:
+        return connection.make_debug_cursor(raw)
+    return connection.make_cursor(raw)
+
+
+_STORED_FIELDS = tuple(f.name for f in fields(StoredMessage))
+_ROW_NAMES = ("cursor", *ROW_FIELDS[1:9], "tokens", *ROW_FIELDS[10:])
+# Reads build thousands of StoredMessages: filling the instance dict directly costs a fraction
+# of the frozen dataclass __init__ (one object.__setattr__ per field). Only while the row
+# holds exactly the dataclass's fields, in order, and instances have a __dict__.
+_DIRECT = _STORED_FIELDS == _ROW_NAMES and not hasattr(StoredMessage, "__slots__")
+
+
+def _stored(values: Sequence) -> StoredMessage:
+    """A StoredMessage from its field values in ``_ROW_NAMES`` order."""
+    if _DIRECT:
+        message = object.__new__(StoredMessage)
+        message.__dict__.update(zip(_ROW_NAMES, values, strict=True))
+        return message
+    return StoredMessage(**dict(zip(_ROW_NAMES, values, strict=True)))
+
+
+def _message(row: Sequence) -> StoredMessage:
+    """A StoredMessage from a binary row in ``ROW_FIELDS`` order (jsonb already decoded)."""
+    if _DIRECT:
+        message = object.__new__(StoredMessage)
+        values = message.__dict__
+        values.update(zip(_ROW_NAMES, row, strict=True))
+        if values["metadata"] is None:
+            values["metadata"] = {}
+        return decrypt_row(message)
+    values = dict(zip(_ROW_NAMES, row, strict=True))
+    if values["metadata"] is None:
+        values["metadata"] = {}
+    return decrypt_row(StoredMessage(**values))
+
+
+def _fetch(connection, sql: str, params: Sequence) -> list[StoredMessage]:
+    with _cursor(connection) as cursor:
+        cursor.execute(sql, params)
+        return [_message(r) for r in cursor.fetchall()]
+
+
+def _json(value) -> str | None:
+    return None if value is None else json.dumps(value)
+
+
+def _insert_postgresql(connection, session_id, messages: list[NewMessage], tokens) -> list[StoredMessage]:
+    n = len(messages)
+    total = sum(tokens)
+    params = {"n": n, "tokens": total, "now": timezone.now(), "session": session_id}
+    if n == 1:
+        m = messages[0]
+        sql = _sql().append_one
+        params.update(
+            role=m.role, content=m.content, content_parts=_json(m.content_parts), name=m.name,
+            tool_calls=_json(m.tool_calls), tool_call_id=m.tool_call_id, extra=_json(m.extra),
+            metadata=json.dumps(m.metadata) if m.metadata else "{}", remember=m.remember,
+            idempotency_key=m.idempotency_key,
+        )
+    else:
+        sql = _sql().append_many
+        params["rows"] = _batch_rows(messages, tokens)
+    with _cursor(connection) as cursor:
         cursor.execute(sql, params)
         result = cursor.fetchall()
     if not result:
         raise SessionNotFound(f"session {session_id} does not exist")
-    # Django has psycopg hand jsonb over as text (JSONField decodes it); do the same here.
-    json_positions = [ROW_FIELDS.index(c) for c in _PG_JSON]
-    decoded = []
-    for row in result:
-        row = list(row)
-        for i in json_positions:
-            if isinstance(row[i], str):
-                row[i] = json.loads(row[i])
-        decoded.append(from_row(row))
-    return sorted(decoded, key=lambda m: m.cursor)
+    # RETURNING order is not the insertion order: place each row by its cursor.
+    first = min(r[0] for r in result)
+    placed: list = [None] * n
+    for seq, created, pk in result:
+        placed[seq - first] = (seq, created, pk)
+    return [
+        _stored((seq, m.role, m.content, m.content_parts, m.name, m.tool_calls, m.tool_call_id,
+                 m.extra, m.metadata, t, m.remember, m.idempotency_key, created, pk))
+        for m, t, (seq, created, pk) in zip(messages, tokens, placed, strict=True)
+    ]
+
+
+_OPTIONAL = ("content_parts", "name", "tool_calls", "tool_call_id", "extra", "metadata",
+             "remember", "idempotency_key")
+
+
+def _batch_rows(messages: list[NewMessage], tokens: list[int]) -> str:
+    """The batch as JSON rows; empty fields are left out (the statement fills them in)."""
+    rows = []
+    for i, (m, t) in enumerate(zip(messages, tokens, strict=True)):
+        row = {"i": i, "role": m.role, "content": m.content, "token_count": t}
+        for key in _OPTIONAL:
+            value = getattr(m, key)
+            if value:
+                row[key] = value
+        rows.append(row)
+    return json.dumps(rows, ensure_ascii=False)
 
 
 def _insert_generic(session_id, messages, tokens) -> list[StoredMessage]:
@@ -178,25 +339,100 @@ def _insert_generic(session_id, messages, tokens) -> list[StoredMessage]:
         return rows(Message.objects.filter(session_id=session_id, seq__gte=first).order_by("seq"))
 
 
+# -- reads ----------------------------------------------------------------------------------
+
+_NO_END = 2**63 - 1
+
+
+def newest(session_id, n: int) -> list[StoredMessage]:
+    """The newest ``n`` messages, newest first (one backward index scan)."""
+    connection = connections[router.db_for_read(Message)]
+    if connection.vendor == "postgresql":
+        return _fetch(connection, _sql().newest, [session_id, 0, _NO_END, n])
+    return rows(Message.objects.filter(session_id=session_id).order_by("-seq")[:n])
+
+
+def system_messages(session_id) -> list[StoredMessage]:
+    """Every stored system message of the session, in log order (a partial index serves it)."""
+    connection = connections[router.db_for_read(Message)]
+    if connection.vendor == "postgresql":
+        return _fetch(connection, _sql().system, [session_id])
+    return rows(Message.objects.filter(session_id=session_id, role="system").order_by("seq"))
+
+
 def newest_first(
-    session_id, *, after: int, page_size: Callable[[int, int], int]
+    session_id, *, after: int, page_size: Callable[[int, int], int], before: int | None = None,
+    fetched: int = 0, tokens: int = 0,
 ) -> Iterator[StoredMessage]:
-    """Messages with cursor > ``after``, newest first, fetched a page at a time (index scans).
+    """Messages with cursor > ``after`` (and < ``before``), newest first, fetched a page at a
+    time (index scans).
 
     ``page_size(rows_so_far, tokens_so_far)`` sizes each page, so a caller filling a token
-    budget can ask for about as many rows as it still needs.
+    budget can ask for about as many rows as it still needs; ``fetched`` and ``tokens`` say
+    what was read before (by ``window_source``).
     """
-    before = None
-    fetched = tokens = 0
+    connection = connections[router.db_for_read(Message)]
     while True:
         size = max(1, page_size(fetched, tokens))
-        qs = Message.objects.filter(session_id=session_id, seq__gt=after)
-        if before is not None:
-            qs = qs.filter(seq__lt=before)
-        chunk = rows(qs.order_by("-seq")[:size])
+        if connection.vendor == "postgresql":
+            chunk = _fetch(connection, _sql().newest,
+                           [session_id, after, _NO_END if before is None else before, size])
+        else:
+            qs = Message.objects.filter(session_id=session_id, seq__gt=after)
+            if before is not None:
+                qs = qs.filter(seq__lt=before)
+            chunk = rows(qs.order_by("-seq")[:size])
         yield from chunk
         if len(chunk) < size:
             return
         before = chunk[-1].cursor
         fetched += len(chunk)
         tokens += sum(m.tokens for m in chunk)
+
+
+def window_source(
+    session_id, *, page_size: Callable[[int, int], int], max_tokens: int | None,
+) -> tuple[SnapshotView | None, list[StoredMessage], Iterator[StoredMessage]] | None:
+    """What a window is built from: ``(latest snapshot, system messages, newest messages after
+    the snapshot)``, the last lazy (pages after the first are read only if the window asks).
+
+    Two short index reads on PostgreSQL. With a token budget (``max_tokens``, counted with
+    the stored token counts) the first page holds what the session's average message size
+    says will fit, with a margin for tool groups straddling the edge, so one page usually
+    does. ``None`` on other databases (the caller reads the parts through the ORM).
+    """
+    connection = connections[router.db_for_read(Message)]
+    if connection.vendor != "postgresql":
+        return None
+    statements = _sql()
+    with _cursor(connection) as cursor:
+        cursor.execute(statements.window_head, [session_id])
+        head = cursor.fetchall()
+    if not head:  # the session is gone: nothing to send
+        return None, [], iter(())
+    message_count, token_count, version, upto, summary, pinned, model, metadata, created = head[0][:9]
+    system = [_message(row[9:]) for row in head if row[9] is not None]
+    snapshot = None
+    if version is not None:
+        snapshot = SnapshotView(version=version, upto=upto, summary=summary,
+                                pinned=list(pinned or []), model=model,
+                                metadata=dict(metadata or {}), created_at=created)
+    first = max(1, page_size(0, 0))
+    if max_tokens is not None and message_count and token_count:
+        first = min(memory_settings.WINDOW_PAGE_SIZE * 10,
+                    16 + math.ceil(1.1 * max_tokens * message_count / token_count))
+    after = snapshot.upto if snapshot else 0
+    with _cursor(connection) as cursor:
+        cursor.execute(statements.newest, [session_id, after, _NO_END, first])
+        first_page = cursor.fetchall()
+
+    def newest() -> Iterator[StoredMessage]:
+        # Built as the window walks back: rows past its budget never become objects.
+        for row in first_page:
+            yield _message(row)
+        if len(first_page) == first:
+            yield from newest_first(session_id, after=after, page_size=page_size,
+                                    before=first_page[-1][0], fetched=first,
+                                    tokens=sum(row[9] for row in first_page))
+
+    return snapshot, system, newest()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from collections.abc import Callable, Iterable, Iterator
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
@@ -329,7 +330,7 @@ class SessionMemory:
     def last(self, n: int) -> list[StoredMessage]:
         """The newest ``n`` messages, oldest first."""
         n = _check_cursor(n, "n")
-        newest = log.rows(Message.objects.filter(session_id=self.session.pk).order_by("-seq")[:n])
+        newest = log.newest(self.session.pk, n)
         newest.reverse()
         return newest
 
@@ -368,24 +369,32 @@ class SessionMemory:
             max_messages = _check_cursor(max_messages, "max_messages")
         if max_tokens is not None:
             max_tokens = _check_cursor(max_tokens, "max_tokens")
-        snapshot = self.latest_snapshot()
-        after = snapshot.upto if snapshot else 0
-        # Every stored system message, covered by the snapshot or not: they are always kept.
-        system = log.rows(
-            Message.objects.filter(session_id=self.session.pk, role="system").order_by("seq")
-        )
         encoding = encoding_name_for_model(model)
+        sizer = page_sizer(max_messages, max_tokens)
+        # Snapshot, system messages (every stored one, covered by the snapshot or not: they
+        # are always kept) and the first page of the tail: fixed SQL where possible, with a
+        # first page sized from the session's counters when the stored counts are the cost.
+        source = log.window_source(
+            self.session.pk, page_size=sizer,
+            max_tokens=max_tokens if max_messages is None and encoding == memory_settings.TOKEN_ENCODING
+            else None,
+        )
+        if source is not None:
+            snapshot, system, newest = source
+        else:
+            snapshot = self.latest_snapshot()
+            system = log.system_messages(self.session.pk)
+            newest = log.newest_first(self.session.pk, after=snapshot.upto if snapshot else 0,
+                                      page_size=sizer)
         if encoding == memory_settings.TOKEN_ENCODING:
-            def cost(m: StoredMessage) -> int:
-                return m.tokens
+            cost = attrgetter("tokens")  # the count cached at append
         else:
             def cost(m: StoredMessage) -> int:
                 return count_message(m.as_openai(), encoding)
         return assemble_window(
             snapshot=snapshot,
             system_messages=system,
-            newest_first=log.newest_first(self.session.pk, after=after,
-                                          page_size=page_sizer(max_messages, max_tokens)),
+            newest_first=newest,
             max_messages=max_messages,
             max_tokens=max_tokens,
             cost=cost,

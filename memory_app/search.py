@@ -49,6 +49,7 @@ from django.db import DatabaseError, connections, router, transaction
 from django.db.models import Exists, OuterRef
 
 from .conf import memory_settings
+from .encryption import decrypt_text
 from .exceptions import MemoryStoreError
 from .importance import importance_scorer, should_recall
 from .log import rows as message_rows
@@ -231,6 +232,8 @@ def embed_messages(
             break
         last_id = batch[-1][0]
         seen += len(batch)
+        # Embed the plaintext: with encryption at rest the column holds ciphertext.
+        batch = [(*row[:5], decrypt_text(row[5] or ""), *row[6:]) for row in batch]
         wanted = [
             row for row in batch
             if hook.for_message(StoredMessage(cursor=row[3], role=row[4], content=row[5] or "",
@@ -554,7 +557,7 @@ def _fulltext_ranking_python(session, query, limit, scope, roles, using):
     need = len(wanted) if memory_settings.FULLTEXT_MATCH == "all" else 1
     scored = []
     for mid, sid, content in qs.values_list("id", "session_id", "content").iterator():
-        terms = _terms(content or "")
+        terms = _terms(decrypt_text(content or ""))
         shared = len(wanted & terms)
         if shared >= need:
             # More shared words first; among equals, shorter messages (denser matches).
