@@ -30,7 +30,6 @@ import threading
 import uuid
 from collections.abc import Sequence
 from contextlib import contextmanager
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from django.db import router, transaction
@@ -321,12 +320,18 @@ def summarize_if_needed(session_id) -> str | None:
     return None
 
 
-def summarize_after_append(sender, session_id, messages, **kwargs) -> None:
+def summarize_after_append(sender, session_id, messages, tokens_since_snapshot=None, **kwargs) -> None:
     """After the append commits, enqueue summarization if the session went over the threshold."""
-    if memory_settings.SUMMARIZE_THRESHOLD_TOKENS is None or not messages:
+    threshold = memory_settings.SUMMARIZE_THRESHOLD_TOKENS
+    if threshold is None or not messages:
         return
-    transaction.on_commit(partial(summarize_if_needed, session_id),
-                          using=router.db_for_write(Message), robust=True)
+    if tokens_since_snapshot is not None and tokens_since_snapshot <= threshold:
+        return  # the append statement told us: under the threshold, no query needed
+
+    def check() -> None:  # a plain function: robust on_commit logs callbacks by __qualname__
+        summarize_if_needed(session_id)
+
+    transaction.on_commit(check, using=router.db_for_write(Message), robust=True)
 
 
 def connect_signals() -> None:

@@ -257,7 +257,8 @@ class Conversation:
 
     def __init__(self, session: SessionMemory, client: openai.OpenAI | openai.AsyncOpenAI, model: str,
                  system: str | None = None, max_tokens: int = DEFAULT_CONTEXT_TOKENS,
-                 options: dict[str, Any] | None = None) -> None:
+                 options: dict[str, Any] | None = None, recall_k: int = 0,
+                 recall_scope: str = "session") -> None:
         if system is not None and (not isinstance(system, str) or not system.strip()):
             raise InvalidMessage("system", "the system prompt must be a non-empty string or None")
         self.session = session
@@ -266,13 +267,21 @@ class Conversation:
         self.system = system
         self.max_tokens = max_tokens
         self.options = dict(options or {})
+        # recall_k > 0: older messages relevant to each new one are recalled into the context
+        # (an untrusted reference block); scope "owner" recalls across the owner's sessions.
+        self.recall_k = recall_k
+        self.recall_scope = recall_scope
 
     def __repr__(self) -> str:
         return f"<Conversation {self.session!r} model={self.model!r}>"
 
     # -- what is sent -------------------------------------------------------------------------
     def context(self, text: str) -> list[dict[str, Any]]:
-        """The stored part of the request for a new message ``text``: the session's window."""
+        """The stored part of the request for a new message ``text``: the session's window
+        (snapshot summary first), plus recalled older messages when ``recall_k`` is set."""
+        if self.recall_k:
+            return self.session.context(text, max_tokens=self.max_tokens, recall_k=self.recall_k,
+                                        model=self.model, scope=self.recall_scope).messages
         return self.session.window(max_tokens=self.max_tokens, model=self.model).messages
 
     def request_messages(self, turn: Turn) -> list[dict[str, Any]]:

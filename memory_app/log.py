@@ -90,14 +90,15 @@ def _insert(session_id, messages: list[NewMessage], tokens: list[int]) -> list[S
     messages = [encrypt_row(m) for m in messages]
     connection = connections[router.db_for_write(Message)]
     if connection.vendor == "postgresql":
-        stored = _insert_postgresql(connection, session_id, messages, tokens)
+        tokens_since, stored = _insert_postgresql(connection, session_id, messages, tokens)
     else:
-        stored = _insert_generic(session_id, messages, tokens)
+        tokens_since, stored = _insert_generic(session_id, messages, tokens)
     # Callers get plaintext back, however the rows above were built (a no-op when they are).
     stored = [decrypt_row(m) for m in stored]
     from .signals import messages_appended
 
-    messages_appended.send(sender=Session, session_id=session_id, messages=stored)
+    messages_appended.send(sender=Session, session_id=session_id, messages=stored,
+                           tokens_since_snapshot=tokens_since)
     return stored
 
 
@@ -124,7 +125,7 @@ class _Statements:
                        tokens_since_snapshot = tokens_since_snapshot + %(tokens)s,
                        updated_at = %(now)s
                  WHERE id = %(session)s
-             RETURNING next_seq - %(n)s AS first_seq
+             RETURNING next_seq - %(n)s AS first_seq, tokens_since_snapshot
             )
             INSERT INTO {message} (session_id, seq, role, content, content_parts, name, tool_calls,
                                    tool_call_id, extra, metadata, token_count, remember,
@@ -137,7 +138,7 @@ class _Statements:
                    %(metadata)s::jsonb, %(tokens)s::integer, %(remember)s::boolean,
                    %(idempotency_key)s
               FROM bumped
-            RETURNING seq, created_at, id
+            RETURNING seq, created_at, id, (SELECT tokens_since_snapshot FROM bumped)
         """
         # ... a batch as one JSON array of rows: one parameter, encoded by the json module's C
         # encoder and decoded by the server, whatever the batch size (so the statement text,
@@ -152,7 +153,7 @@ class _Statements:
                        i integer, role text, content text, content_parts jsonb, name text,
                        tool_calls jsonb, tool_call_id text, extra jsonb, metadata jsonb,
                        token_count integer, remember boolean, idempotency_key text)
-            RETURNING seq, created_at, id
+            RETURNING seq, created_at, id, (SELECT tokens_since_snapshot FROM bumped)
         """
         self.newest = f"""
             SELECT {_COLUMNS} FROM {message}
@@ -286,9 +287,9 @@ def _insert_postgresql(connection, session_id, messages: list[NewMessage], token
     # RETURNING order is not the insertion order: place each row by its cursor.
     first = min(r[0] for r in result)
     placed: list = [None] * n
-    for seq, created, pk in result:
+    for seq, created, pk, _since in result:
         placed[seq - first] = (seq, created, pk)
-    return [
+    return result[0][3], [
         _stored((seq, m.role, m.content, m.content_parts, m.name, m.tool_calls, m.tool_call_id,
                  m.extra, m.metadata, t, m.remember, m.idempotency_key, created, pk))
         for m, t, (seq, created, pk) in zip(messages, tokens, placed, strict=True)
@@ -325,7 +326,9 @@ def _insert_generic(session_id, messages, tokens) -> list[StoredMessage]:
         )
         if not updated:
             raise SessionNotFound(f"session {session_id} does not exist")
-        next_seq = Session.objects.filter(pk=session_id).values_list("next_seq", flat=True).get()
+        next_seq, tokens_since = (
+            Session.objects.filter(pk=session_id).values_list("next_seq", "tokens_since_snapshot").get()
+        )
         first = next_seq - n
         Message.objects.bulk_create(
             Message(
@@ -336,7 +339,7 @@ def _insert_generic(session_id, messages, tokens) -> list[StoredMessage]:
             )
             for i, (m, t) in enumerate(zip(messages, tokens, strict=True))
         )
-        return rows(Message.objects.filter(session_id=session_id, seq__gte=first).order_by("seq"))
+        return tokens_since, rows(Message.objects.filter(session_id=session_id, seq__gte=first).order_by("seq"))
 
 
 # -- reads ----------------------------------------------------------------------------------

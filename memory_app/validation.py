@@ -22,6 +22,9 @@ ALLOWED_KEYS = frozenset(
     {"role", "content", "name", "tool_calls", "tool_call_id", "metadata", "remember",
      "idempotency_key", "extra"}
 )
+# Other fields OpenAI puts on chat messages. Accepted at the top level and kept in ``extra``,
+# so a message read back (``as_openai()`` spreads ``extra``) can be stored or pinned again.
+OPENAI_EXTRA_KEYS = frozenset({"refusal", "audio", "function_call", "annotations", "reasoning_content"})
 #: Fields the store adds to a message it returns or exports: ``extra`` may not use them, or the
 #: value sent would be silently replaced there (and lost by an export round trip).
 STORE_KEYS = frozenset({"cursor", "tokens", "created_at"})
@@ -74,6 +77,12 @@ def openai_dict(role, content, content_parts, name, tool_calls, tool_call_id, ex
 def validate_message(data: Any) -> NewMessage:
     if not isinstance(data, dict):
         raise InvalidMessage("message", f"must be an object, not {type(data).__name__}")
+    promoted = {k: data[k] for k in OPENAI_EXTRA_KEYS & set(data)}
+    if promoted:
+        if data.get("extra") is not None and not isinstance(data.get("extra"), dict):
+            raise InvalidMessage("extra", "must be an object")
+        data = {k: v for k, v in data.items() if k not in promoted}
+        data["extra"] = {**promoted, **(data.get("extra") or {})}
     unknown = sorted(set(data) - ALLOWED_KEYS)
     if unknown:
         raise InvalidMessage(str(unknown[0]), "unknown field (put other OpenAI fields in 'extra')")

@@ -8,6 +8,7 @@ never include embeddings or internal row ids.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -62,6 +63,16 @@ class StrictBooleanField(serializers.BooleanField):
 class StrictIntegerField(serializers.IntegerField):
     def to_internal_value(self, data: Any) -> int:
         if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class QueryIntegerField(serializers.IntegerField):
+    """An integer query parameter written as digits only: "1.0", "1e3" or " 1" are refused
+    (DRF's IntegerField would read "1.0" as 1)."""
+
+    def to_internal_value(self, data: Any) -> int:
+        if isinstance(data, str) and not re.fullmatch(r"-?[0-9]+", data):
             self.fail("invalid")
         return super().to_internal_value(data)
 
@@ -274,9 +285,9 @@ class SessionListQuerySerializer(serializers.Serializer):
 
 
 class MessagesQuerySerializer(serializers.Serializer):
-    after = serializers.IntegerField(required=False, min_value=0, max_value=MAX_CURSOR,
+    after = QueryIntegerField(required=False, min_value=0, max_value=MAX_CURSOR,
                                      help_text="Return messages with a cursor greater than this.")
-    limit = serializers.IntegerField(
+    limit = QueryIntegerField(
         required=False, min_value=1, max_value=MAX_COUNT,
         help_text="Page size (default API_MESSAGES_PAGE_SIZE, at most API_MESSAGES_MAX_PAGE_SIZE).",
     )
@@ -289,9 +300,9 @@ class MessagesQuerySerializer(serializers.Serializer):
 
 
 class WindowQuerySerializer(serializers.Serializer):
-    max_tokens = serializers.IntegerField(required=False, min_value=0, max_value=MAX_COUNT,
+    max_tokens = QueryIntegerField(required=False, min_value=0, max_value=MAX_COUNT,
                                           help_text="Token budget (system messages do not count).")
-    max_messages = serializers.IntegerField(required=False, min_value=0, max_value=MAX_COUNT,
+    max_messages = QueryIntegerField(required=False, min_value=0, max_value=MAX_COUNT,
                                             help_text="Most messages after the summary.")
     model = serializers.CharField(required=False, max_length=200,
                                   help_text="Count tokens with this model's encoding.")

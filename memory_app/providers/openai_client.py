@@ -12,8 +12,10 @@ from ..conf import memory_settings
 
 
 def openai_client(**overrides: Any):
-    """A configured ``openai.OpenAI``; ``overrides`` win over ``MEMORY_APP["OPENAI"]``."""
+    """A configured ``openai.OpenAI``; ``overrides`` that are not ``None`` win over
+    ``MEMORY_APP["OPENAI"]`` (a ``None`` override leaves the setting in force)."""
     import openai
 
-    options = {k: v for k, v in {**memory_settings.OPENAI, **overrides}.items() if v is not None}
+    given = {k: v for k, v in overrides.items() if v is not None}
+    options = {k: v for k, v in {**memory_settings.OPENAI, **given}.items() if v is not None}
     return openai.OpenAI(**options)

@@ -149,6 +149,8 @@ def test_read_all_messages_by_default(api, session):
         ({"after": "abc"}, "after"),
         ({"after": "-1"}, "after"),
         ({"after": "1.5"}, "after"),
+        ({"after": "0.0"}, "after"),
+        ({"after": "1e3"}, "after"),
         ({"after": str(2**63)}, "after"),
         ({"limit": "0"}, "limit"),
         ({"limit": "-5"}, "limit"),

@@ -64,6 +64,18 @@ def test_context_is_the_window_with_the_snapshot_summary(mem, openai_server):
     assert "old message number 21" not in [m["content"] for m in sent]  # over the budget
 
 
+def test_recall_brings_back_an_old_message_outside_the_window(mem, openai_server):
+    mem.add({"role": "user", "content": "My cat is called Whiskers."})
+    mem.add_many([{"role": "user", "content": f"filler about the weather {i}"} for i in range(80)])
+    with sync_client(openai_server) as client:
+        Conversation(mem, client, "fake-model", max_tokens=400, recall_k=2).send("What is my cat called?")
+    sent = sent_messages(openai_server)
+    recalled = [m for m in sent if m["role"] == "system"]
+    assert len(recalled) == 1 and "Whiskers" in recalled[0]["content"]
+    assert "untrusted" in recalled[0]["content"].lower()
+    assert {"role": "user", "content": "My cat is called Whiskers."} not in sent  # not in the window
+
+
 def test_asend(mem, openai_server):
     openai_server.reply_with("Hello Ada.", "You are Ada.")
 

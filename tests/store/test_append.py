@@ -127,3 +127,13 @@ def test_append_to_deleted_session_raises(mem):
     with pytest.raises(SessionNotFound):
         mem.add({"role": "user", "content": "lost?"})
     assert not Message.objects.exists()
+
+
+def test_a_message_read_back_can_be_stored_or_pinned_again(mem):
+    stored = mem.add({"role": "assistant", "content": "", "extra": {"refusal": "I can't help with that."}})
+    again = stored.as_openai()
+    assert again == {"role": "assistant", "content": "", "refusal": "I can't help with that."}
+    copy = mem.add(again)  # OpenAI's own fields are accepted at the top level, kept in extra
+    assert copy.extra == {"refusal": "I can't help with that."} and copy.as_openai() == again
+    mem.save_snapshot("refused", upto=1, prev=None, pinned=[again])
+    assert mem.latest_snapshot().pinned == [again]
