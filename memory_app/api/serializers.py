@@ -391,7 +391,7 @@ class SearchLimitField(serializers.IntegerField):
     """How many results; the range is the adapter's (``InvalidSearch`` on ``limit``)."""
 
 
-@extend_schema_field({"type": "integer", "minimum": 0, "maximum": MAX_COUNT, "default": 5})
+@extend_schema_field({"type": "integer", "minimum": 0, "default": 5})
 class RecallCountField(serializers.IntegerField):
     """How many messages to recall; 0 is a plain window (the adapter checks it)."""
 

@@ -326,7 +326,8 @@ class SessionViewSet(MemoryAPIMixin, GenericViewSet):
         summary="Search messages",
         description="Messages matching `q`, best first, each with its score, cursor, session id "
                     "and the message in OpenAI form (never its embedding). `scope=owner` searches "
-                    "every session of this session's owner: yours. A bad parameter is 400 "
+                    "every session of this session's owner: yours (staff allowed to see other "
+                    "owners' sessions search that owner's). A bad parameter is 400 "
                     "(`invalid_search` or `invalid`) with `field` naming it.",
         parameters=[SESSION_ID, s.SearchQuerySerializer],
         responses={200: s.SearchResultsSerializer, **_errors(BAD_INPUT, NOT_FOUND)},
