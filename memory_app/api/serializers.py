@@ -8,6 +8,7 @@ never include embeddings or internal row ids.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -67,6 +68,16 @@ class StrictBooleanField(serializers.BooleanField):
 class StrictIntegerField(serializers.IntegerField):
     def to_internal_value(self, data: Any) -> int:
         if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class QueryIntegerField(serializers.IntegerField):
+    """An integer in a query string: digits only. (DRF's own also takes ``5.0``, ``5_000`` or
+    `` 5``, which the schema does not call integers.)"""
+
+    def to_internal_value(self, data: Any) -> int:
+        if isinstance(data, str) and not re.fullmatch(r"[+-]?[0-9]+", data):
             self.fail("invalid")
         return super().to_internal_value(data)
 
@@ -279,9 +290,9 @@ class SessionListQuerySerializer(serializers.Serializer):
 
 
 class MessagesQuerySerializer(serializers.Serializer):
-    after = serializers.IntegerField(required=False, min_value=0, max_value=MAX_CURSOR,
-                                     help_text="Return messages with a cursor greater than this.")
-    limit = serializers.IntegerField(
+    after = QueryIntegerField(required=False, min_value=0, max_value=MAX_CURSOR,
+                              help_text="Return messages with a cursor greater than this.")
+    limit = QueryIntegerField(
         required=False, min_value=1, max_value=MAX_COUNT,
         help_text="Page size (default API_MESSAGES_PAGE_SIZE, at most API_MESSAGES_MAX_PAGE_SIZE).",
     )
@@ -294,10 +305,10 @@ class MessagesQuerySerializer(serializers.Serializer):
 
 
 class WindowQuerySerializer(serializers.Serializer):
-    max_tokens = serializers.IntegerField(required=False, min_value=0, max_value=MAX_COUNT,
-                                          help_text="Token budget (system messages do not count).")
-    max_messages = serializers.IntegerField(required=False, min_value=0, max_value=MAX_COUNT,
-                                            help_text="Most messages after the summary.")
+    max_tokens = QueryIntegerField(required=False, min_value=0, max_value=MAX_COUNT,
+                                   help_text="Token budget (system messages do not count).")
+    max_messages = QueryIntegerField(required=False, min_value=0, max_value=MAX_COUNT,
+                                     help_text="Most messages after the summary.")
     model = serializers.CharField(required=False, max_length=200,
                                   help_text="Count tokens with this model's encoding.")
 
@@ -387,12 +398,12 @@ class ErasedRowsSerializer(serializers.Serializer):
 # serializers only turn query strings into Python values and describe the rules in the schema.
 
 @extend_schema_field({"type": "integer", "minimum": 1, "maximum": MAX_SEARCH_LIMIT, "default": 5})
-class SearchLimitField(serializers.IntegerField):
+class SearchLimitField(QueryIntegerField):
     """How many results; the range is the adapter's (``InvalidSearch`` on ``limit``)."""
 
 
 @extend_schema_field({"type": "integer", "minimum": 0, "default": 5})
-class RecallCountField(serializers.IntegerField):
+class RecallCountField(QueryIntegerField):
     """How many messages to recall; 0 is a plain window (the adapter checks it)."""
 
 

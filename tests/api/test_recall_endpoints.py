@@ -239,3 +239,13 @@ def test_bad_context_parameters_are_400_with_the_field(api, long_chat, params, f
     response = api.get(session_url(long_chat.id, "context"), params)
     assert response.status_code == 400
     assert response.json()["field"] == field
+
+
+@pytest.mark.parametrize("value", ["2.0", "1_0", " 2", "0x2"])
+def test_query_integers_are_digits_only(api, long_chat, value):
+    # DRF alone would read these as integers; the schema says they are not.
+    for action, name in (("search", "limit"), ("context", "recall_k"), ("window", "max_tokens"),
+                         ("messages", "after")):
+        response = api.get(session_url(long_chat.id, action), {"q": "Clara", name: value})
+        assert response.status_code == 400, (action, value)
+        assert response.json()["field"] == name
