@@ -324,6 +324,11 @@ def _check_search_args(query: Any, limit: Any, scope: Any, roles: Any, mode: Any
         raise InvalidSearch("query", "must be a non-empty string")
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
         raise InvalidSearch("limit", "must be an integer from 1 to 1000")
+    scope, roles, mode = _check_search_filters(scope, roles, mode)
+    return query, limit, scope, roles, mode
+
+
+def _check_search_filters(scope: Any, roles: Any, mode: Any) -> tuple:
     if scope not in SCOPES:
         raise InvalidSearch("scope", f"must be one of {', '.join(SCOPES)}")
     mode = mode or memory_settings.SEARCH_MODE
@@ -336,7 +341,7 @@ def _check_search_args(query: Any, limit: Any, scope: Any, roles: Any, mode: Any
         bad = [r for r in roles if r not in Role.values]
         if bad or not roles:
             raise InvalidSearch("roles", f"must be a non-empty list of {', '.join(Role.values)}")
-    return query, limit, scope, roles, mode
+    return scope, roles, mode
 
 
 def search(
@@ -627,6 +632,8 @@ def recall_context(
     if isinstance(recall_k, bool) or not isinstance(recall_k, int) or recall_k < 0:
         raise InvalidSearch("recall_k", "must be a non-negative integer")
     roles = list(memory_settings.RECALL_ROLES) if roles is None else roles
+    # Checked even when recall is skipped: bad arguments fail the same way whatever the query.
+    _check_search_filters(scope, roles, mode)
     wanted = bool(recall_k) and isinstance(query, str) and bool(query.strip()) \
         and should_recall().for_query(query)
     share = float(memory_settings.RECALL_TOKEN_SHARE)

@@ -34,6 +34,7 @@ from ..exceptions import (
     SessionNotFound,
     SnapshotConflict,
 )
+from ..search import InvalidSearch
 
 logger = logging.getLogger("memory_app")
 
@@ -50,6 +51,7 @@ ERROR_STATUS: dict[type[MemoryStoreError], tuple[int, str]] = {
     InvalidSnapshot: (status.HTTP_400_BAD_REQUEST, "invalid_snapshot"),
     InvalidExport: (status.HTTP_400_BAD_REQUEST, "invalid_export"),
     InvalidSession: (status.HTTP_400_BAD_REQUEST, "invalid_session"),
+    InvalidSearch: (status.HTTP_400_BAD_REQUEST, "invalid_search"),
     SessionNotFound: (status.HTTP_404_NOT_FOUND, "not_found"),
     SessionExists: (status.HTTP_409_CONFLICT, "session_exists"),
     # A server misconfiguration (encryption keys), not the client's fault.

@@ -18,11 +18,16 @@ from rest_framework import serializers
 from ..conf import memory_settings
 from ..memory import MAX_CURSOR
 from ..models import Role
+from ..search import MODES, SCOPES
 from ..types import StoredMessage
 from ..validation import MAX_KEY, MAX_NAME, PART_TYPES
 
 #: Largest count a client may ask a window for (PostgreSQL's integer).
 MAX_COUNT = 2**31 - 1
+#: Most results one search returns (the adapter's bound).
+MAX_SEARCH_LIMIT = 1000
+#: Longest search query accepted, in characters.
+MAX_QUERY = 4000
 
 
 class StrictFieldsMixin:
@@ -68,11 +73,11 @@ class StrictIntegerField(serializers.IntegerField):
 
 
 class QueryIntegerField(serializers.IntegerField):
-    """An integer query parameter written as digits only: "1.0", "1e3" or " 1" are refused
-    (DRF's IntegerField would read "1.0" as 1)."""
+    """An integer in a query string: digits only. (DRF's own also takes ``5.0``, ``5_000`` or
+    `` 5``, which the schema does not call integers.)"""
 
     def to_internal_value(self, data: Any) -> int:
-        if isinstance(data, str) and not re.fullmatch(r"-?[0-9]+", data):
+        if isinstance(data, str) and not re.fullmatch(r"[+-]?[0-9]+", data):
             self.fail("invalid")
         return super().to_internal_value(data)
 
@@ -286,7 +291,7 @@ class SessionListQuerySerializer(serializers.Serializer):
 
 class MessagesQuerySerializer(serializers.Serializer):
     after = QueryIntegerField(required=False, min_value=0, max_value=MAX_CURSOR,
-                                     help_text="Return messages with a cursor greater than this.")
+                              help_text="Return messages with a cursor greater than this.")
     limit = QueryIntegerField(
         required=False, min_value=1, max_value=MAX_COUNT,
         help_text="Page size (default API_MESSAGES_PAGE_SIZE, at most API_MESSAGES_MAX_PAGE_SIZE).",
@@ -301,9 +306,9 @@ class MessagesQuerySerializer(serializers.Serializer):
 
 class WindowQuerySerializer(serializers.Serializer):
     max_tokens = QueryIntegerField(required=False, min_value=0, max_value=MAX_COUNT,
-                                          help_text="Token budget (system messages do not count).")
+                                   help_text="Token budget (system messages do not count).")
     max_messages = QueryIntegerField(required=False, min_value=0, max_value=MAX_COUNT,
-                                            help_text="Most messages after the summary.")
+                                     help_text="Most messages after the summary.")
     model = serializers.CharField(required=False, max_length=200,
                                   help_text="Count tokens with this model's encoding.")
 
@@ -386,6 +391,105 @@ class ErasedRowsSerializer(serializers.Serializer):
 
     def to_representation(self, instance) -> dict[str, Any]:
         return instance.as_dict()
+
+
+# -- recall and summarization (SessionMemory.search / context / summarize_async) ----------------
+# The adapter checks the search arguments (InvalidSearch, a 400 naming the field); these
+# serializers only turn query strings into Python values and describe the rules in the schema.
+
+@extend_schema_field({"type": "integer", "minimum": 1, "maximum": MAX_SEARCH_LIMIT, "default": 5})
+class SearchLimitField(QueryIntegerField):
+    """How many results; the range is the adapter's (``InvalidSearch`` on ``limit``)."""
+
+
+@extend_schema_field({"type": "integer", "minimum": 0, "default": 5})
+class RecallCountField(QueryIntegerField):
+    """How many messages to recall; 0 is a plain window (the adapter checks it)."""
+
+
+@extend_schema_field({"type": "string", "enum": list(SCOPES), "default": "session"})
+class ScopeField(serializers.CharField):
+    """``session`` or ``owner``, checked by the adapter."""
+
+
+@extend_schema_field({"type": "string", "enum": list(MODES)})
+class ModeField(serializers.CharField):
+    """``hybrid``, ``vector`` or ``fulltext``, checked by the adapter."""
+
+
+@extend_schema_field({"type": "string", "pattern": rf"^({'|'.join(Role.values)})(,({'|'.join(Role.values)}))*$"})
+class RolesField(serializers.CharField):
+    """A comma-separated list of roles, handed to the adapter as a list (it checks the roles)."""
+
+    def to_internal_value(self, data: Any) -> list[str]:
+        return [role.strip() for role in super().to_internal_value(data).split(",")]
+
+
+class SearchQuerySerializer(serializers.Serializer):
+    q = serializers.CharField(max_length=MAX_QUERY, help_text="What to look for.")
+    limit = SearchLimitField(required=False, default=5, help_text="How many results, best first.")
+    scope = ScopeField(required=False, default="session",
+                       help_text="`session`: this session; `owner`: every session of its owner.")
+    mode = ModeField(required=False, help_text="`hybrid` (vector and full-text fused), `vector` or "
+                                               "`fulltext`; default: the SEARCH_MODE setting.")
+    roles = RolesField(required=False, help_text="Only messages of these roles, comma-separated "
+                                                 "(e.g. `user,assistant`).")
+
+
+class ContextQuerySerializer(WindowQuerySerializer):
+    q = serializers.CharField(required=False, allow_blank=True, max_length=MAX_QUERY,
+                              help_text="What the next turn is about; empty or absent: no recall.")
+    recall_k = RecallCountField(required=False, default=5,
+                                help_text="Most older messages to recall into the untrusted block.")
+    scope = ScopeField(required=False, default="session",
+                       help_text="Where to recall from: `session` or `owner` (all your sessions).")
+    mode = ModeField(required=False, help_text="Search mode of the recall (default: SEARCH_MODE).")
+    roles = RolesField(required=False, help_text="Recall only these roles, comma-separated "
+                                                 "(default: the RECALL_ROLES setting).")
+
+
+class SearchResultSerializer(serializers.Serializer):
+    score = serializers.FloatField(help_text="Higher is better; its scale depends on the mode.")
+    cursor = serializers.IntegerField(help_text="The message's cursor in its session.")
+    session_id = serializers.UUIDField(help_text="The session the message is in.")
+    ranks = serializers.DictField(child=serializers.IntegerField(),
+                                  help_text="Its 1-based rank in each ranking that found it.")
+    message = StoredMessageSerializer(help_text="The message in OpenAI form with its cursor (never "
+                                                "its embedding).")
+
+    def to_representation(self, instance) -> dict[str, Any]:
+        return {"score": instance.score, "cursor": instance.cursor, "session_id": str(instance.session_id),
+                "ranks": dict(instance.ranks), "message": instance.message.as_dict()}
+
+
+class SearchResultsSerializer(serializers.Serializer):
+    results = SearchResultSerializer(many=True)
+
+
+class ContextSerializer(WindowSerializer):
+    """A window plus recalled messages, which appear only inside ONE system message labelled as
+    untrusted reference data (its cursor is null)."""
+
+    recalled = SearchResultSerializer(many=True, help_text="The search results in the recall block.")
+    recall_tokens = serializers.IntegerField(help_text="Tokens of the recall block (in `tokens`).")
+
+    def to_representation(self, instance) -> dict[str, Any]:
+        data = {name: getattr(instance, name) for name in (
+            "messages", "cursors", "tokens", "budget_tokens", "snapshot_version", "first_cursor",
+            "recall_tokens")}
+        data["recalled"] = SearchResultSerializer(instance.recalled, many=True).data
+        return data
+
+
+class SummarizeSerializer(StrictFieldsMixin, serializers.Serializer):
+    keep_recent = StrictIntegerField(
+        required=False, allow_null=True, min_value=0, max_value=MAX_COUNT,
+        help_text="Newest messages left out of the summary (default: SUMMARIZE_KEEP_RECENT).",
+    )
+
+
+class TaskSerializer(serializers.Serializer):
+    task_id = serializers.CharField(help_text="The summarize_session task's id.")
 
 
 # -- errors ------------------------------------------------------------------------------------

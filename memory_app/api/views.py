@@ -321,6 +321,56 @@ class SessionViewSet(MemoryAPIMixin, GenericViewSet):
                             status=status.HTTP_404_NOT_FOUND)
         return Response(s.SnapshotSerializer(latest).data)
 
+    # -- recall and summarization -----------------------------------------------------------
+    @extend_schema(
+        summary="Search messages",
+        description="Messages matching `q`, best first, each with its score, cursor, session id "
+                    "and the message in OpenAI form (never its embedding). `scope=owner` searches "
+                    "every session of this session's owner: yours (staff allowed to see other "
+                    "owners' sessions search that owner's). A bad parameter is 400 "
+                    "(`invalid_search` or `invalid`) with `field` naming it.",
+        parameters=[SESSION_ID, s.SearchQuerySerializer],
+        responses={200: s.SearchResultsSerializer, **_errors(BAD_INPUT, NOT_FOUND)},
+    )
+    @action(detail=True, methods=["get"])
+    def search(self, request: Request, id: str) -> Response:
+        memory = self.get_memory()
+        query = _validated(s.SearchQuerySerializer, request.query_params)
+        results = memory.search(query.pop("q"), **query)
+        return Response({"results": s.SearchResultSerializer(results, many=True).data})
+
+    @extend_schema(
+        summary="Summarize in the background",
+        description="Enqueues the summarize_session task, which saves a snapshot covering all but "
+                    "the newest `keep_recent` messages (nothing when there is nothing to cover). "
+                    "Answers 202 with the task's id; without a broker the task has already run.",
+        parameters=[SESSION_ID],
+        request=s.SummarizeSerializer,
+        examples=[OpenApiExample("Keep the last 10", request_only=True, value={"keep_recent": 10})],
+        responses={202: s.TaskSerializer, **_errors(BAD_INPUT, NOT_FOUND, UNSUPPORTED)},
+    )
+    @action(detail=True, methods=["post"])
+    def summarize(self, request: Request, id: str) -> Response:
+        memory = self.get_memory()
+        data = _validated(s.SummarizeSerializer, request.data)
+        task_id = memory.summarize_async(keep_recent=data.get("keep_recent"))
+        return Response({"task_id": task_id}, status=status.HTTP_202_ACCEPTED)
+
+    @extend_schema(
+        summary="Context with recall",
+        description="The window (as `window/`) plus up to `recall_k` older messages relevant to "
+                    "`q`, all within `max_tokens`. Recalled messages appear only inside ONE "
+                    "system message that labels them untrusted reference data (its cursor is "
+                    "null), never as instructions.",
+        parameters=[SESSION_ID, s.ContextQuerySerializer],
+        responses={200: s.ContextSerializer, **_errors(BAD_INPUT, NOT_FOUND)},
+    )
+    @action(detail=True, methods=["get"])
+    def context(self, request: Request, id: str) -> Response:
+        memory = self.get_memory()
+        query = _validated(s.ContextQuerySerializer, request.query_params)
+        return Response(s.ContextSerializer(memory.context(query.pop("q", None), **query)).data)
+
     # -- whole-session operations -----------------------------------------------------------
     @extend_schema(
         summary="Export a session",

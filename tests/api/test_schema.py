@@ -25,6 +25,9 @@ OPERATIONS = {
     ("/api/memory/sessions/{id}/snapshot/", "get"), ("/api/memory/sessions/{id}/snapshot/", "post"),
     ("/api/memory/sessions/{id}/export/", "get"),
     ("/api/memory/sessions/{id}/clear/", "post"),
+    # recall and summarization
+    ("/api/memory/sessions/{id}/search/", "get"), ("/api/memory/sessions/{id}/summarize/", "post"),
+    ("/api/memory/sessions/{id}/context/", "get"),
     # per owner (memory_app.owners)
     ("/api/memory/owner/export/", "get"), ("/api/memory/owner/erase/", "post"),
 }

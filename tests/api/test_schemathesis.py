@@ -113,6 +113,9 @@ def test_api_conforms_to_its_schema(case, user, auth_header, same_connection_for
 
 def test_the_run_covers_every_operation():
     operations = {(op.ok().method.upper(), op.ok().path) for op in api_schema.get_all_operations()}
-    assert len(operations) == 15
+    assert len(operations) == 18
     assert ("POST", "/api/memory/sessions/{id}/messages/") in operations
     assert ("POST", "/api/memory/owner/erase/") in operations
+    assert ("GET", "/api/memory/sessions/{id}/search/") in operations
+    assert ("POST", "/api/memory/sessions/{id}/summarize/") in operations
+    assert ("GET", "/api/memory/sessions/{id}/context/") in operations

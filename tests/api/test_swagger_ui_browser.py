@@ -40,5 +40,5 @@ def test_swagger_ui_works_offline(live_server):
         finally:
             browser.close()
     assert off_site == []
-    assert len(paths) == 15  # 13 session operations, owner export and erase
+    assert len(paths) == 18  # 16 session operations, owner export and erase
     assert any("/api/memory/sessions/{id}/snapshot/" in p.replace("\u200b", "") for p in paths)
