@@ -62,7 +62,7 @@ TOPICS_PER_SESSION = 8
 OWNERS = 20
 NOISE = 1.0  # norm of the noise added to a unit topic centre
 LIMIT = 10
-EF_SEARCH_VALUES = (40, 100, 200)
+EF_SEARCH_VALUES = (40, 100, 200, 400)
 
 
 @dataclass(frozen=True)
@@ -432,8 +432,11 @@ def main() -> int:
     load(mode, settings_dict, world)
     index, build_seconds = build_index(mode, rebuild=args.rebuild)
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_size_pretty(pg_relation_size(%s::regclass))", [index])
-        index_size = cursor.fetchone()[0]
+        cursor.execute("SELECT pg_size_pretty(pg_relation_size(c.oid)), c.reloptions FROM pg_class c "
+                       "WHERE c.oid = %s::regclass", [index])
+        index_size, reloptions = cursor.fetchone()
+    # What the index was built with (a reused index may predate a change of settings).
+    index_options = ", ".join(f"`{o.replace('=', ' = ')}`" for o in reloptions or [])
 
     qs = queries(mode, world)
     this.QUERY_VECTORS.update({text: v.tolist() for _, text, v in qs})
@@ -466,7 +469,7 @@ def main() -> int:
     )
     default_rows = [r for r in rows if r["ef_search"] == default_ef]
     plans = {("forced" if r["forced"] else "chosen"): r["plan"] for r in default_rows}
-    text = render(mode, args, table, plans, exact_lat, build_seconds, index_size, rss,
+    text = render(mode, args, table, plans, exact_lat, build_seconds, index_size, index_options, rss,
                   pgvector, server, memory_settings, time.perf_counter() - started)
     out = Path(args.out) if args.out else RESULTS / ("search-quick.md" if args.quick else "search.md")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -476,7 +479,13 @@ def main() -> int:
     return 0
 
 
-def render(mode, args, table, plans, exact_lat, build_seconds, index_size, rss, pgvector,
+def command_flags(args) -> str:
+    flags = [("--quick", args.quick), ("--fresh", args.fresh), ("--rebuild", args.rebuild),
+             (f"--m {args.m}", args.m), (f"--ef-construction {args.ef_construction}", args.ef_construction)]
+    return "".join(f" {flag}" for flag, given in flags if given)
+
+
+def render(mode, args, table, plans, exact_lat, build_seconds, index_size, index_options, rss, pgvector,
            server, settings, elapsed) -> str:
     per_owner = mode.messages // OWNERS
     build = f"{build_seconds:.0f} s" if build_seconds is not None else "reused from an earlier run"
@@ -484,7 +493,7 @@ def render(mode, args, table, plans, exact_lat, build_seconds, index_size, rss, 
                else "not readable")
     return f"""# Owner-scope vector search
 
-`python bench/search_bench.py{' --quick' if args.quick else ''}` (PostgreSQL {server.split()[0]},
+`python bench/search_bench.py{command_flags(args)}` (PostgreSQL {server.split()[0]},
 pgvector {pgvector}, 2 CPU cores shared with other work; {elapsed / 60:.1f} minutes).
 
 {mode.messages:,} messages with {DIMS}-dimension vectors, {OWNERS} owners of
@@ -501,8 +510,8 @@ it will for an owner with many more vectors): the figures of the index path itse
 
 {table}
 
-- HNSW index: `m = {settings.HNSW_M}`, `ef_construction = {settings.HNSW_EF_CONSTRUCTION}`
-  (the app's settings), built by `ensure_hnsw_index()` in {build}, {index_size}
+- HNSW index: {index_options}, built by `ensure_hnsw_index()` (from the app's `HNSW_M` and
+  `HNSW_EF_CONSTRUCTION` settings) in {build}, {index_size}
   (the benchmark raises `maintenance_work_mem` to 1 GB for its build session, so that the
   graph is built in memory; with PostgreSQL's 64 MB default it spills and takes far longer).
 - Iterative scan: `relaxed_order`, `hnsw.max_scan_tuples = {settings.HNSW_MAX_SCAN_TUPLES}`;
