@@ -50,8 +50,9 @@ from bench.common import (  # noqa: E402
 DATA_VERSION = 1
 MAX_TOKENS = 8000
 WRITERS = 16
-# The store alone: no summarization triggered by appends (without a broker it would run inline).
-STORE_ONLY = {"SUMMARIZE_THRESHOLD_TOKENS": None}
+# The store alone: no summarization or embedding triggered by appends (without a broker they
+# would run inline; with one they are an enqueue after commit, measured by their own benches).
+STORE_ONLY = {"SUMMARIZE_THRESHOLD_TOKENS": None, "EMBED_ON_APPEND": False, "IMPORTANCE_THRESHOLD": None}
 
 WORDS = (
     "the agent asked about shipping times for order numbers and the customer replied that "
