@@ -36,7 +36,13 @@ from urllib.parse import quote
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.live_api import Gunicorn, LiveDatabase, peak_rss_of_this_process_mb, verify  # noqa: E402
+from tests.live_api import (  # noqa: E402
+    Gunicorn,
+    LiveDatabase,
+    peak_rss_of_this_process_mb,
+    verify,
+    vm_hwm_mb,
+)
 
 RESULTS = ROOT / "bench" / "results"
 DATABASE = "memory_api_load"
@@ -82,21 +88,11 @@ def run_locust(base_url: str, clients_file: Path, acks_file: Path, csv_prefix: P
     process = subprocess.Popen(args, cwd=ROOT, env=env)
     peak = 0.0
     while process.poll() is None:
-        peak = max(peak, _vm_hwm(process.pid))
+        peak = max(peak, vm_hwm_mb(process.pid))
         time.sleep(0.5)
     if process.returncode != 0:
         raise SystemExit(f"locust exited with {process.returncode}")
     return peak
-
-
-def _vm_hwm(pid: int) -> float:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
 
 
 def read_stats(json_file: Path) -> dict[str, dict[str, float]]:

@@ -128,12 +128,8 @@ class Turn:
                            self.id, self.session.id, exc_info=True)
 
 
-class StreamedTurn(Turn):
-    """A ``Turn`` whose reply arrives in pieces: iterate it (once) to get them.
-
-    The request is sent when iteration starts; the turn is stored when the stream ends.
-    ``close()`` (or leaving a ``with`` block) before that cancels it: nothing is stored.
-    """
+class _StreamingTurn(Turn):
+    """What the sync and async streamed turns share: the request's options and the chunks."""
 
     def __init__(self, conversation: Conversation, text: str, options: dict[str, Any]) -> None:
         super().__init__(conversation.session, text)
@@ -141,6 +137,14 @@ class StreamedTurn(Turn):
         self._options = options
         self.completed = False
         self._chunks = self._generate()
+
+
+class StreamedTurn(_StreamingTurn):
+    """A ``Turn`` whose reply arrives in pieces: iterate it (once) to get them.
+
+    The request is sent when iteration starts; the turn is stored when the stream ends.
+    ``close()`` (or leaving a ``with`` block) before that cancels it: nothing is stored.
+    """
 
     def _generate(self) -> Iterator[str]:
         conversation = self._conversation
@@ -174,15 +178,8 @@ class StreamedTurn(Turn):
         self.close()
 
 
-class AsyncStreamedTurn(Turn):
+class AsyncStreamedTurn(_StreamingTurn):
     """The async twin of ``StreamedTurn``: ``async for piece in turn``; ``aclose()`` cancels."""
-
-    def __init__(self, conversation: Conversation, text: str, options: dict[str, Any]) -> None:
-        super().__init__(conversation.session, text)
-        self._conversation = conversation
-        self._options = options
-        self.completed = False
-        self._chunks = self._generate()
 
     async def _generate(self) -> AsyncIterator[str]:
         conversation = self._conversation

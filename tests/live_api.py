@@ -224,7 +224,7 @@ class Gunicorn:
 
     def peak_rss_mb(self) -> dict[str, float]:
         """Peak resident memory (VmHWM) of the master and of the largest worker, and their sum."""
-        peaks = {pid: _vm_hwm_mb(pid) for pid in self.pids()}
+        peaks = {pid: vm_hwm_mb(pid) for pid in self.pids()}
         if not peaks:
             return {"master": 0.0, "worker_max": 0.0, "total": 0.0}
         master = self.process.pid
@@ -250,7 +250,8 @@ class Gunicorn:
         self.stop()
 
 
-def _vm_hwm_mb(pid: int) -> float:
+def vm_hwm_mb(pid: int) -> float:
+    """Peak resident memory of a process (VmHWM), in MiB; 0 when it cannot be read."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmHWM:"):
@@ -261,7 +262,7 @@ def _vm_hwm_mb(pid: int) -> float:
 
 
 def peak_rss_of_this_process_mb() -> float:
-    return _vm_hwm_mb(os.getpid())
+    return vm_hwm_mb(os.getpid())
 
 
 # -- clients that retry until acknowledged ---------------------------------------------------------

@@ -252,10 +252,9 @@ class OpenAIEmbedder(Embedder):
         self.name = name or (f"{model}@{dimensions}" if dimensions else model)
         self.batch_size = batch_size
         self.max_input_chars = max_input_chars
-        given = {"base_url": base_url, "api_key": api_key, "timeout": timeout,
-                 "max_retries": max_retries}
-        # Only what is given here: a None must not mask MEMORY_APP["OPENAI"].
-        self.client_options = {k: v for k, v in given.items() if v is not None}
+        # openai_client() ignores the None ones, so MEMORY_APP["OPENAI"] fills them in.
+        self.client_options = {"base_url": base_url, "api_key": api_key, "timeout": timeout,
+                               "max_retries": max_retries}
         self._client = None
 
     @property
