@@ -234,7 +234,7 @@ def log(message: str) -> None:
 def build_index(mode: Mode, *, rebuild: bool) -> tuple[str, float | None]:
     from django.db import connection
 
-    from memory_app.search import ensure_hnsw_index, hnsw_index_name
+    from memory_app.services.embedding import ensure_hnsw_index, hnsw_index_name
 
     name = hnsw_index_name(model_name(mode))
     with connection.cursor() as cursor:
@@ -353,7 +353,7 @@ def plan_of_one_search(mode: Mode, mem, text: str) -> str:
     from django.db import connection, transaction
     from django.test.utils import CaptureQueriesContext
 
-    from memory_app.search import apply_hnsw_settings
+    from memory_app.services.recall import apply_hnsw_settings
 
     with CaptureQueriesContext(connection) as captured:
         mem.search(text, LIMIT, scope="owner", mode="vector")

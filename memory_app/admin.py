@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlencode
 
@@ -34,7 +34,7 @@ from .exceptions import InvalidCursor, MemoryStoreError
 from .memory import SessionMemory
 from .models import Message, Session, Snapshot
 from .transcript import Page, arrange, coverage
-from .types import SnapshotView
+from .types import Scheduled, SnapshotView
 
 logger = logging.getLogger(__name__)
 
@@ -71,14 +71,6 @@ class ExpiredFilter(admin.SimpleListFilter):
         if self.value() == "never":
             return queryset.filter(expires_at__isnull=True)
         return queryset
-
-
-def _enqueue(task_name: str, session_ids: Iterable[Any]) -> list[str]:
-    """Queue a Celery task from ``memory_app.tasks`` once per session; returns the task ids."""
-    from . import tasks
-
-    task = getattr(tasks, task_name)
-    return [task.delay(str(pk)).id for pk in session_ids]
 
 
 def _download(data: Any, filename: str) -> HttpResponse:
@@ -349,28 +341,28 @@ class SessionAdmin(admin.ModelAdmin):
         return self._clear_confirmation(request, [session], single=True)
 
     def summarize_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        return self._enqueue_view(request, object_id, "summarize_session", "Summarization")
+        return self._enqueue_view(request, object_id, SessionMemory.schedule_summary, "Summarization")
 
     def reembed_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        return self._enqueue_view(request, object_id, "embed_session", "Re-embedding")
+        return self._enqueue_view(request, object_id, SessionMemory.schedule_reembedding, "Re-embedding")
 
-    def _enqueue_view(self, request, object_id, task_name, what) -> HttpResponse:
+    def _enqueue_view(self, request, object_id, schedule, what) -> HttpResponse:
         if request.method != "POST":
             return HttpResponse(status=405, headers={"Allow": "POST"})
         session = self._session_or_404(request, object_id)
         if not self.has_change_permission(request, session):
             raise PermissionDenied
-        self._enqueue_and_report(request, task_name, what, [session])
+        self._enqueue_and_report(request, schedule, what, [session])
         return HttpResponseRedirect(self._change_url(session))
 
     # -- actions -----------------------------------------------------------------------------
     @admin.action(description="Summarize now", permissions=["change"])
     def summarize_now(self, request, queryset):
-        self._enqueue_and_report(request, "summarize_session", "Summarization", list(queryset))
+        self._enqueue_and_report(request, SessionMemory.schedule_summary, "Summarization", list(queryset))
 
     @admin.action(description="Re-embed messages", permissions=["change"])
     def reembed(self, request, queryset):
-        self._enqueue_and_report(request, "embed_session", "Re-embedding", list(queryset))
+        self._enqueue_and_report(request, SessionMemory.schedule_reembedding, "Re-embedding", list(queryset))
 
     @admin.action(description="Export selected sessions as JSON", permissions=["view"])
     def export_json(self, request, queryset):
@@ -386,17 +378,27 @@ class SessionAdmin(admin.ModelAdmin):
             return None
         return self._clear_confirmation(request, sessions, single=False)
 
-    def _enqueue_and_report(self, request, task_name: str, what: str, sessions: list[Session]) -> None:
-        try:
-            task_ids = _enqueue(task_name, [s.pk for s in sessions])
-        except Exception as err:  # the broker is down, or the task failed when run eagerly
-            logger.exception("could not queue %s", task_name)
-            self.message_user(request, f"{what} could not be queued: {err}", messages.ERROR)
+    def _enqueue_and_report(self, request, schedule: Callable[[SessionMemory], Scheduled], what: str,
+                            sessions: list[Session]) -> None:
+        """Schedule the work for each session (the one way: ``services.background``) and say
+        what happened: queued, ran inline (and what it did), already pending, or failed."""
+        outcomes = [(session, schedule(SessionMemory(session))) for session in sessions]
+        failed = [(s, o) for s, o in outcomes if o.state == "failed"]
+        for session, outcome in failed:
+            self.message_user(request, f"{what} of “{session}” could not be scheduled: {outcome.error}",
+                              messages.ERROR)
+        done = [(s, o) for s, o in outcomes if o.state != "failed"]
+        if not done:
             return
-        if len(sessions) == 1:
-            text = f"{what} queued for “{sessions[0]}” (task {task_ids[0]})."
+        if len(done) == 1:
+            session, outcome = done[0]
+            text = f"{what} of “{session}”: {_describe(outcome)}"
         else:
-            text = f"{what} queued for {len(sessions)} sessions."
+            states = {}
+            for _, outcome in done:
+                states[outcome.state] = states.get(outcome.state, 0) + 1
+            text = f"{what} of {len(done)} sessions: " + ", ".join(
+                f"{n} {_STATE_WORDS[state]}" for state, n in sorted(states.items()))
         self.message_user(request, text, messages.SUCCESS)
 
     def _clear(self, sessions: list[Session], request: HttpRequest) -> None:
@@ -432,6 +434,22 @@ class SessionAdmin(admin.ModelAdmin):
         }
         request.current_app = self.admin_site.name
         return TemplateResponse(request, "admin/memory_app/session/clear_confirmation.html", context)
+
+
+_STATE_WORDS = {"queued": "queued", "ran": "done now (no broker)", "pending": "already pending"}
+
+
+def _describe(outcome: Scheduled) -> str:
+    if outcome.state == "queued":
+        return f"queued (task {outcome.task_id})."
+    if outcome.state == "pending":
+        return "a run is already queued or running."
+    result = outcome.result
+    if isinstance(result, dict):
+        return f"done now (no broker): snapshot v{result['version']} covers up to #{result['upto']}."
+    if isinstance(result, int):
+        return f"done now (no broker): {result} message(s) embedded."
+    return "nothing to do yet (no messages to cover)."
 
 
 # -- helpers for the transcript page ---------------------------------------------------------

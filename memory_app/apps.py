@@ -1,3 +1,5 @@
+from importlib.util import find_spec
+
 from django.apps import AppConfig
 
 
@@ -7,15 +9,10 @@ class MemoryAppConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import checks  # noqa: F401  (registers the system checks)
+        from . import checks, receivers  # noqa: F401  (checks registers the system checks)
 
-        # Summarize sessions that go over the token threshold after an append.
-        from .compaction import connect_signals
-
-        connect_signals()
-
-        # Recall: promote important messages and embed new ones after each append commits.
-        from .search import on_messages_appended
-        from .signals import messages_appended
-
-        messages_appended.connect(on_messages_appended, dispatch_uid="memory_app.search.on_messages_appended")
+        # Embedding and summarization after each append commits.
+        receivers.connect()
+        if find_spec("celery") is not None:
+            # Registers the Celery tasks; without Celery, background work runs inline.
+            from . import tasks  # noqa: F401

@@ -9,13 +9,16 @@ once because the cache is dropped on ``setting_changed``.
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from django.conf import settings
 from django.core.signals import setting_changed
 from django.utils.module_loading import import_string
 
 SETTINGS_NAME = "MEMORY_APP"
+T = TypeVar("T")
 
 DEFAULTS: dict[str, Any] = {
     # Tokenizer (a bpe-openai encoding name) used to count and cache message tokens.
@@ -27,6 +30,11 @@ DEFAULTS: dict[str, Any] = {
     "MAX_MESSAGE_BYTES": 256 * 1024,
     # Most messages accepted in one add_many() call.
     "MAX_BATCH_SIZE": 1000,
+    # Largest metadata object (of a session, a message or a snapshot), as compact JSON: session
+    # metadata comes back in every list page.
+    "MAX_METADATA_BYTES": 64 * 1024,
+    # Most pinned messages one snapshot may carry (they go into every window).
+    "MAX_PINNED": 50,
     # Deepest nesting of lists and objects accepted in stored JSON (message metadata, extra,
     # content parts, session and snapshot metadata); deeper data is refused as invalid.
     "MAX_JSON_DEPTH": 64,
@@ -125,14 +133,31 @@ DEFAULTS: dict[str, Any] = {
     "ENCRYPTION_KEYS": [],
 }
 
-# Settings given as dotted paths and imported on first use.
-IMPORT_STRINGS: tuple[str, ...] = ("EMBEDDER", "SUMMARIZER")
+# Settings given as dotted paths (or lists of them), imported once on first use. No other module
+# imports a setting's dotted path itself.
+IMPORT_STRINGS: tuple[str, ...] = (
+    "EMBEDDER", "SUMMARIZER", "IMPORTANCE_SCORER", "SHOULD_RECALL", "API_PERMISSION_CLASSES",
+    "API_THROTTLE_CLASSES",
+)
+
+
+def perform_import(value: Any, setting: str) -> Any:
+    """A dotted path (or a list of them) as the object(s) it names; anything else as it is."""
+    if isinstance(value, str):
+        try:
+            return import_string(value)
+        except ImportError as err:
+            raise ImportError(f"Could not import {value!r} for {SETTINGS_NAME}[{setting!r}]: {err}") from err
+    if isinstance(value, (list, tuple)):
+        return [perform_import(item, setting) for item in value]
+    return value
 
 
 class MemorySettings:
     def __init__(self, defaults: dict[str, Any] | None = None) -> None:
         self.defaults = defaults or DEFAULTS
         self._cached: set[str] = set()
+        self._derived: list[Callable[[], None]] = []
 
     @property
     def user_settings(self) -> dict[str, Any]:
@@ -144,8 +169,8 @@ class MemorySettings:
         if attr not in self.defaults:
             raise AttributeError(f"Invalid {SETTINGS_NAME} setting: {attr!r}")
         value = self.user_settings.get(attr, self.defaults[attr])
-        if attr in IMPORT_STRINGS and isinstance(value, str):
-            value = import_string(value)
+        if attr in IMPORT_STRINGS:
+            value = perform_import(value, attr)
         self._cached.add(attr)
         setattr(self, attr, value)
         return value
@@ -156,6 +181,15 @@ class MemorySettings:
         self._cached.clear()
         if hasattr(self, "_user_settings"):
             delattr(self, "_user_settings")
+        for clear in self._derived:
+            clear()
+
+    def derived(self, build: Callable[[], T]) -> Callable[[], T]:
+        """Decorate a function that builds something from the settings (the configured embedder,
+        scorer...): it runs once, and again after the settings change (``override_settings``)."""
+        cached = functools.cache(build)
+        self._derived.append(cached.cache_clear)
+        return cached
 
 
 memory_settings = MemorySettings(DEFAULTS)

@@ -44,7 +44,7 @@ from asgiref.sync import sync_to_async
 from .exceptions import InvalidMessage
 from .memory import SessionMemory
 from .types import StoredMessage
-from .validation import validate_message
+from .validation import check_message
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ class Turn:
         self.stored: list[StoredMessage] | None = None
         self._reply_metadata: dict[str, Any] = {}
         self._refusal: str | None = None
-        self.user_message = validate_message({"role": "user", "content": text}).as_openai()
+        self.user_message = check_message({"role": "user", "content": text}).as_openai()
 
     def __repr__(self) -> str:
         state = "stored" if self.stored else (f"error={self.error!r}" if self.error else "not stored")

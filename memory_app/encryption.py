@@ -35,8 +35,7 @@ from .exceptions import DecryptionFailed
 if TYPE_CHECKING:
     from cryptography.fernet import Fernet, MultiFernet
 
-    from .types import StoredMessage
-    from .validation import NewMessage
+    from .types import NewMessage, StoredMessage
 
 #: Marks an encrypted value; what follows is a Fernet token. Stored text never starts with it
 #: otherwise (validation refuses such content), so a value is ciphertext exactly when it does.

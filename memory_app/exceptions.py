@@ -1,4 +1,15 @@
-"""Typed errors of the memory store. Everything raised on purpose derives from ``MemoryStoreError``."""
+"""Every error the memory store raises on purpose: one catalogue, read by every entry point.
+
+Each class carries what its callers need to answer it, so no layer keeps a table of its own:
+
+- ``code``: a stable machine-readable name (the API's ``code``);
+- ``status_code``: the HTTP status the API answers with;
+- ``client_fault``: the caller's input is at fault (the admin shows it as a form or page message,
+  a command as one ``CommandError`` line) rather than the server or a provider;
+- ``retryable``: the same call may succeed later (the API adds ``Retry-After``; tasks retry).
+
+Errors about one field carry ``field`` (and ``reason``); a message of a batch also ``index``.
+"""
 
 from __future__ import annotations
 
@@ -8,29 +19,122 @@ from typing import Any
 class MemoryStoreError(Exception):
     """Base class of every error the memory store raises on purpose."""
 
+    code = "invalid"
+    status_code = 400
+    client_fault = True
+    retryable = False
+    #: Seconds a client should wait before retrying (``Retry-After``) when ``retryable``.
+    retry_after: int | None = None
+    default_detail = "The request could not be carried out."
 
-class InvalidMessage(MemoryStoreError, ValueError):
+    def __init__(self, message: str | None = None, *, field: str | None = None) -> None:
+        self.field = field
+        super().__init__(message or self.default_detail)
+
+
+class FieldError(MemoryStoreError, ValueError):
+    """One field is unacceptable: ``field`` names it, ``reason`` says why."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"{field}: {reason}", field=field)
+
+
+# ---- input: messages, sessions, snapshots, cursors, exports, search ----------------------------
+class InvalidMessage(FieldError):
     """A message failed validation. ``field`` names the offending key, ``index`` its place in a batch."""
 
+    code = "invalid_message"
+
     def __init__(self, field: str, reason: str, *, index: int | None = None) -> None:
-        self.field = field
-        self.reason = reason
         self.index = index
-        where = f"message {index}: " if index is not None else ""
-        super().__init__(f"{where}{field}: {reason}")
+        super().__init__(field, reason)
+        if index is not None:
+            self.args = (f"message {index}: {field}: {reason}",)
 
     def at(self, index: int) -> InvalidMessage:
         """The same error, placed at ``index`` of a batch."""
-        err = type(self)(self.field, self.reason, index=index)
-        return err
+        return type(self)(self.field, self.reason, index=index)
 
 
 class MessageTooLarge(InvalidMessage):
     """A message is larger than ``MAX_MESSAGE_BYTES``; it is refused, never truncated."""
 
+    code = "message_too_large"
+
+
+class IdempotencyConflict(InvalidMessage):
+    """An idempotency key already stored was sent again with a different message: a retry must
+    repeat the original exactly (as payment APIs answer a reused key with other parameters)."""
+
+    code = "idempotency_conflict"
+    status_code = 422
+
+
+class InvalidSession(FieldError):
+    """A session field (key, namespace, title, metadata, expiry) is unacceptable."""
+
+    code = "invalid_session"
+
+
+class InvalidSnapshot(FieldError):
+    """A snapshot's own content (summary, pinned messages, model, metadata) is unacceptable."""
+
+    code = "invalid_snapshot"
+
+    def __init__(self, field: str, reason: str | None = None) -> None:
+        if reason is None:  # a sentence that names its field first: "summary must be ..."
+            field, _, reason = field.partition(" ")
+        super().__init__(field, reason)
+
+
+class InvalidCursor(MemoryStoreError, ValueError):
+    """A cursor or count is not an integer in range, does not move past the latest snapshot, or
+    lies beyond the log. ``field`` names the argument at fault (``after``, ``upto``, ...)."""
+
+    code = "invalid_cursor"
+
+
+class InvalidExport(MemoryStoreError, ValueError):
+    """Data given to ``Memory.import_session`` is not a session export this version accepts."""
+
+    code = "invalid_export"
+
+
+class InvalidSearch(FieldError):
+    """A search argument is unacceptable. ``field`` names it."""
+
+    code = "invalid_search"
+
+
+class InvalidOwner(MemoryStoreError, ValueError):
+    """An operation on one owner's data was not given an owner (``None`` or ``ANY_OWNER``)."""
+
+    code = "invalid_owner"
+
+
+# ---- state: what is (not) there ---------------------------------------------------------------
+class SessionNotFound(MemoryStoreError, LookupError):
+    """No session with that key (or id) for that owner and namespace; another owner's session
+    is not found either."""
+
+    code = "not_found"
+    status_code = 404
+
+
+class SessionExists(MemoryStoreError):
+    """A session with that key already exists for that owner and namespace."""
+
+    code = "session_exists"
+    status_code = 409
+
 
 class SnapshotConflict(MemoryStoreError):
     """Compare-and-swap failed: the latest snapshot is no longer the one the caller read."""
+
+    code = "snapshot_conflict"
+    status_code = 409
+    retryable = True  # after reloading the latest snapshot
 
     def __init__(self, expected_version: int | None, current: Any) -> None:
         self.expected_version = expected_version
@@ -42,60 +146,62 @@ class SnapshotConflict(MemoryStoreError):
         )
 
 
-class InvalidSnapshot(MemoryStoreError, ValueError):
-    """A snapshot's own content is unacceptable (e.g. an empty summary)."""
+# ---- providers: summarizers and embedders -----------------------------------------------------
+class ProviderError(MemoryStoreError):
+    """A model provider (summarizer, embedder) failed: not the caller's fault."""
+
+    code = "provider_error"
+    status_code = 502
+    client_fault = False
 
 
-class InvalidCursor(MemoryStoreError, ValueError):
-    """A cursor is not an integer, does not move past the latest snapshot, or lies beyond the log.
-
-    ``field`` names the argument at fault (``after``, ``upto``, ...) when it is known.
-    """
-
-    def __init__(self, message: str, *, field: str | None = None) -> None:
-        self.field = field
-        super().__init__(message)
-
-
-class SessionNotFound(MemoryStoreError, LookupError):
-    """No session with that key (or id) for that owner and namespace."""
-
-
-class SessionExists(MemoryStoreError):
-    """A session with that key already exists for that owner and namespace."""
-
-
-class InvalidExport(MemoryStoreError, ValueError):
-    """Data given to ``Memory.import_session`` is not a session export this version understands."""
-
-
-class InvalidSession(MemoryStoreError, ValueError):
-    """A session field (key, namespace, title, metadata) is unacceptable."""
-
-    def __init__(self, field: str, reason: str) -> None:
-        self.field = field
-        self.reason = reason
-        super().__init__(f"{field}: {reason}")
-
-
-# ---- summarization (compaction) --------------------------------------------------------------
-class SummarizerError(MemoryStoreError):
+class SummarizerError(ProviderError):
     """The summarizer could not produce a summary (provider error, timeout, unusable answer).
 
     Nothing is saved when it is raised; the ``summarize_session`` task retries it with backoff.
     """
 
+    code = "summarizer_error"
+    retryable = True
+    retry_after = 5
+
 
 class EmptySummary(SummarizerError):
     """The summarizer answered with nothing usable: an error, never a summary."""
 
-
-# ---- per-owner export and erase (memory_app.owners) -------------------------------------------
-class InvalidOwner(MemoryStoreError, ValueError):
-    """An operation on one owner's data was not given an owner (``None`` or ``ANY_OWNER``)."""
+    code = "empty_summary"
 
 
-# ---- encryption at rest (memory_app.encryption) -----------------------------------------------
+class EmbedderError(ProviderError):
+    """The embedding provider failed, or answered something unusable. Not worth retrying."""
+
+    code = "embedder_error"
+
+
+class TransientEmbedderError(EmbedderError):
+    """The provider failed in a way a retry may fix (timeout, rate limit, 5xx): tasks retry it,
+    and the API answers 503 with ``Retry-After``."""
+
+    code = "embedder_unavailable"
+    status_code = 503
+    retryable = True
+    retry_after = 5
+
+
+# ---- configuration ----------------------------------------------------------------------------
 class DecryptionFailed(MemoryStoreError):
     """A stored message is encrypted and none of ``ENCRYPTION_KEYS`` opens it (a key was removed
     before ``memory_rotate_keys`` ran, or the keys are wrong): a configuration error, not bad input."""
+
+    code = "decryption_failed"
+    status_code = 500
+    client_fault = False
+
+
+#: Every error class, for documentation and for tests that every one has its place.
+CATALOGUE: tuple[type[MemoryStoreError], ...] = (
+    MemoryStoreError, FieldError, InvalidMessage, MessageTooLarge, IdempotencyConflict,
+    InvalidSession, InvalidSnapshot, InvalidCursor, InvalidExport, InvalidSearch, InvalidOwner,
+    SessionNotFound, SessionExists, SnapshotConflict, ProviderError, SummarizerError,
+    EmptySummary, EmbedderError, TransientEmbedderError, DecryptionFailed,
+)

@@ -18,11 +18,7 @@ embedding?). The default skips empty texts and bare acknowledgements ("ok", "tha
 from __future__ import annotations
 
 import re
-from functools import lru_cache
-from typing import Any, Protocol
-
-from django.core.signals import setting_changed
-from django.utils.module_loading import import_string
+from typing import Protocol
 
 from .conf import memory_settings
 from .types import StoredMessage
@@ -102,36 +98,14 @@ class DefaultShouldRecall:
         return self._substantive(message.content)
 
 
-def _load(value: Any):
-    return import_string(value) if isinstance(value, str) else value
+@memory_settings.derived
+def importance_scorer() -> ImportanceScorer | None:
+    """The configured scorer instance (``IMPORTANCE_SCORER``), or ``None`` for no scoring."""
+    cls = memory_settings.IMPORTANCE_SCORER
+    return cls() if cls is not None else None
 
 
-@lru_cache(maxsize=1)
-def importance_scorer() -> ImportanceScorer:
-    """The configured scorer instance (``IMPORTANCE_SCORER``)."""
-    return _load(memory_settings.IMPORTANCE_SCORER)()
-
-
-@lru_cache(maxsize=1)
+@memory_settings.derived
 def should_recall() -> ShouldRecall:
     """The configured should-recall hook instance (``SHOULD_RECALL``)."""
-    return _load(memory_settings.SHOULD_RECALL)()
-
-
-def is_important(message: StoredMessage) -> bool:
-    """Remembered already, or scored at least ``IMPORTANCE_THRESHOLD`` (``None`` turns scoring off)."""
-    if message.remember:
-        return True
-    threshold = memory_settings.IMPORTANCE_THRESHOLD
-    if threshold is None:
-        return False
-    return importance_scorer().score(message) >= threshold
-
-
-def _reset(*, setting: str, **kwargs: Any) -> None:
-    if setting == "MEMORY_APP":
-        importance_scorer.cache_clear()
-        should_recall.cache_clear()
-
-
-setting_changed.connect(_reset)
+    return memory_settings.SHOULD_RECALL()

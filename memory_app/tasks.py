@@ -1,28 +1,22 @@
-"""Celery tasks: thin wrappers over the service layer, safe under at-least-once delivery.
+"""Celery tasks: thin wrappers over ``services.background``, safe under at-least-once delivery.
 
-With no broker configured the demo project runs them eagerly in-process.
+Embedding tasks only store what is missing (unique message + model, conflicts ignored), so a
+redelivered or duplicated task is harmless; compaction is keyed by the task id, so a redelivered
+summarize task saves nothing twice. ``acks_late`` + ``reject_on_worker_lost``: a worker lost
+mid-task leaves the message on the queue for another worker. Provider hiccups are retried with
+exponential backoff and jitter. With no broker the demo project runs them inline.
 """
 
 from __future__ import annotations
 
-import logging
+from celery import Task, shared_task
 
-from celery import shared_task  # noqa: F401
+from .exceptions import SnapshotConflict, SummarizerError, TransientEmbedderError
+from .services import background
 
-logger = logging.getLogger(__name__)
-
-
-# ---- recall: embedding -------------------------------------------------------------------
-# Both tasks only store what is missing (unique message + model, conflicts ignored), so a
-# redelivered or duplicated task is harmless; acks_late means a worker lost mid-task leaves the
-# message on the queue for another worker. Provider hiccups are retried with backoff.
-
-from .exceptions import SessionNotFound  # noqa: E402 (imports kept with their section)
-from .providers.embeddings import TransientEmbedderError  # noqa: E402
-
+_AT_LEAST_ONCE = {"acks_late": True, "reject_on_worker_lost": True}
 _EMBED_RETRY = {
-    "acks_late": True,
-    "reject_on_worker_lost": True,
+    **_AT_LEAST_ONCE,
     "autoretry_for": (TransientEmbedderError,),
     "retry_backoff": 2,
     "retry_backoff_max": 300,
@@ -31,54 +25,31 @@ _EMBED_RETRY = {
 }
 
 
-@shared_task(name="memory_app.embed_messages", **_EMBED_RETRY)
+@shared_task(name=background.EMBED_TASK, **_EMBED_RETRY)
 def embed_messages(session_id: str, cursors: list[int]) -> int:
     """Embed the messages at ``cursors`` of a session (queued after each append commits)."""
-    from .memory import ANY_OWNER, Memory
-
-    try:
-        mem = Memory.get(session_id, owner=ANY_OWNER)
-    except SessionNotFound:
-        return 0  # deleted since: nothing to do
-    return mem.embed(cursors=cursors)
+    return background.run_embedding(session_id, cursors=cursors)
 
 
-@shared_task(name="memory_app.embed_session", **_EMBED_RETRY)
+@shared_task(name=background.REEMBED_TASK, **_EMBED_RETRY)
 def embed_session(session_id: str, reembed: bool = True) -> int:
-    """Re-embed a whole session with the configured embedder (the admin's action)."""
-    from .memory import ANY_OWNER, Memory
-
-    try:
-        mem = Memory.get(session_id, owner=ANY_OWNER)
-    except SessionNotFound:
-        return 0
-    return mem.embed(reembed=reembed)
-
-
-# ---- summarization (compaction) --------------------------------------------------------------
-from celery import Task  # noqa: E402
-
-from .exceptions import SnapshotConflict, SummarizerError  # noqa: E402
+    """Embed a whole session with the configured embedder (again with ``reembed``)."""
+    return background.run_embedding(session_id, reembed=reembed)
 
 
 class SummarizeSessionTask(Task):
     """Releases the session's summarize lock once the task is over (not between retries)."""
 
     def after_return(self, status, retval, task_id, args, kwargs, einfo) -> None:
-        from .compaction import release_summary_lock
-
         session_id = args[0] if args else (kwargs or {}).get("session_id")
-        release_summary_lock(session_id, task_id)
+        background.release_summary_lock(session_id, task_id)
 
 
 @shared_task(
     bind=True,
     base=SummarizeSessionTask,
-    name="memory_app.summarize_session",
-    # At-least-once: the message is acknowledged only after the task ends, and requeued if the
-    # worker dies. A redelivered run is harmless: compaction is keyed by the task id.
-    acks_late=True,
-    reject_on_worker_lost=True,
+    name=background.SUMMARIZE_TASK,
+    **_AT_LEAST_ONCE,
     # Provider failures (and a lost compare-and-swap race, after its own quick retries) are
     # retried with exponential backoff and jitter: 1 s, 2 s, 4 s... up to 5 minutes.
     autoretry_for=(SummarizerError, SnapshotConflict),
@@ -88,36 +59,12 @@ class SummarizeSessionTask(Task):
     max_retries=5,
 )
 def summarize_session(self, session_id: str, keep_recent: int | None = None) -> dict | None:
-    """Compact one session (``SessionMemory.compact``); idempotent under redelivery.
-
-    Returns ``{"version", "upto"}`` of the snapshot this task saved, or ``None`` when there was
-    nothing to cover or the session is gone. Run eagerly (no broker), a summarizer failure is
-    logged and ``None`` returned instead of retrying.
-    """
-    from .exceptions import SessionNotFound
-    from .memory import ANY_OWNER, Memory
-
-    try:
-        mem = Memory.get(session_id, owner=ANY_OWNER)
-    except SessionNotFound:
-        logger.info("summarize_session: session %s no longer exists", session_id)
-        return None
-    try:
-        snapshot = mem.compact(keep_recent=keep_recent, idempotency_key=self.request.id)
-    except (SummarizerError, SnapshotConflict):
-        if not self.request.is_eager:
-            raise  # retried with backoff
-        # Run inline (no broker): nobody would retry later, and the caller is an append or a
-        # request that must not fail for this. Log it; the over-threshold sweep tries again.
-        logger.exception("summarization of session %s failed", session_id)
-        return None
-    if snapshot is None:
-        return None
-    if snapshot.metadata.get("partial") and not self.request.is_eager:
-        # The run was cut short by SUMMARIZE_MAX_INPUT_TOKENS (a backlog): a follow-up run
-        # covers the rest now rather than at the next append.
-        from .compaction import release_summary_lock, request_summary
-
-        release_summary_lock(session_id, self.request.id)
-        request_summary(session_id, keep_recent=keep_recent)
-    return {"version": snapshot.version, "upto": snapshot.upto}
+    """Compact one session; idempotent under redelivery. ``{"version", "upto", "partial"}`` of
+    the snapshot saved, or ``None`` when there was nothing to cover or the session is gone."""
+    result = background.run_summary(session_id, keep_recent=keep_recent, task_id=self.request.id)
+    if result is not None and result["partial"] and not self.request.is_eager:
+        # Cut short by SUMMARIZE_MAX_INPUT_TOKENS (a backlog): a follow-up run covers the rest
+        # now rather than at the next append.
+        background.release_summary_lock(session_id, self.request.id)
+        background.schedule_summary(session_id, keep_recent=keep_recent)
+    return result

@@ -35,10 +35,27 @@ def encoding_name_for_model(model: str | None) -> str:
         return memory_settings.TOKEN_ENCODING
 
 
+#: Texts longer than this are counted piece by piece, cut at white space (the tokenizer refuses
+#: very long inputs; its pre-tokenizer splits before white space anyway, so counts stay exact
+#: but for a rare run of white space at a cut).
+PIECE_CHARS = 100_000
+
+
 def count_text(text: str, encoding: str | None = None) -> int:
     if not text:
         return 0
-    return len(get_encoding(encoding or memory_settings.TOKEN_ENCODING).encode_ordinary(text))
+    encoder = get_encoding(encoding or memory_settings.TOKEN_ENCODING)
+    if len(text) <= PIECE_CHARS:
+        return len(encoder.encode_ordinary(text))
+    total, start = 0, 0
+    while start < len(text):
+        end = min(start + PIECE_CHARS, len(text))
+        if end < len(text):
+            cut = max(text.rfind(" ", start + PIECE_CHARS // 2, end), text.rfind("\n", start + PIECE_CHARS // 2, end))
+            end = cut if cut > start else end
+        total += len(encoder.encode_ordinary(text[start:end]))
+        start = end
+    return total
 
 
 def count_message(message: dict[str, Any], encoding: str | None = None) -> int:

@@ -1,14 +1,62 @@
-"""What the adapter returns: plain, immutable values, detached from the ORM."""
+"""Value types: what the adapter takes and returns. Plain, immutable, detached from the ORM."""
 
 from __future__ import annotations
 
 import datetime as dt
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .validation import openai_dict
+
+class _AnyOwner:
+    def __repr__(self) -> str:
+        return "ANY_OWNER"
+
+
+#: Pass as ``owner`` to look across all owners (staff tools, admin). Never the default.
+ANY_OWNER: Any = _AnyOwner()
+
+
+def openai_dict(role, content, content_parts, name, tool_calls, tool_call_id, extra) -> dict[str, Any]:
+    """The OpenAI chat-message form of stored fields (only the keys that are set)."""
+    message: dict[str, Any] = {"role": role}
+    if content_parts is not None:
+        message["content"] = content_parts
+    elif content or not tool_calls:
+        message["content"] = content
+    else:
+        message["content"] = None
+    if name:
+        message["name"] = name
+    if tool_calls:
+        message["tool_calls"] = tool_calls
+    if tool_call_id:
+        message["tool_call_id"] = tool_call_id
+    if extra:
+        for key, value in extra.items():
+            message.setdefault(key, value)
+    return message
+
+
+@dataclass(frozen=True)
+class NewMessage:
+    """A validated message, ready to store (what the rule book hands the log)."""
+
+    role: str
+    content: str
+    content_parts: list | None
+    name: str = ""
+    tool_calls: list | None = None
+    tool_call_id: str = ""
+    extra: dict | None = None
+    metadata: dict = field(default_factory=dict)
+    remember: bool = False
+    idempotency_key: str | None = None
+
+    def as_openai(self) -> dict[str, Any]:
+        return openai_dict(self.role, self.content, self.content_parts, self.name,
+                           self.tool_calls, self.tool_call_id, self.extra)
 
 
 @dataclass(frozen=True)
@@ -99,3 +147,64 @@ class Window:
 
     def __getitem__(self, index):
         return self.messages[index]
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """One message found by ``search()``.
+
+    ``score`` is higher for better matches: cosine similarity for ``vector``, ``ts_rank``
+    (or shared words, off PostgreSQL) for ``fulltext``, the fused reciprocal-rank score for
+    ``hybrid``. ``ranks`` gives the message's 1-based rank in each ranking that found it.
+    """
+
+    message: StoredMessage
+    score: float
+    session_id: uuid.UUID
+    ranks: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def cursor(self) -> int:
+        return self.message.cursor
+
+
+@dataclass(frozen=True)
+class RecallWindow(Window):
+    """A ``Window`` with recalled messages added in one system message (its cursor is ``None``).
+
+    ``recalled`` are the search results that made it into the block; ``recall_tokens`` is what
+    the block costs (included in ``tokens`` and ``budget_tokens``).
+    """
+
+    recalled: tuple[SearchResult, ...] = ()
+    recall_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class ErasedRows:
+    """How many rows of each table an erase (or a session delete) removed."""
+
+    sessions: int = 0
+    messages: int = 0
+    snapshots: int = 0
+    embeddings: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Scheduled:
+    """What asking for background work did: ``state`` is ``"queued"`` (a worker will do it),
+    ``"ran"`` (no broker: done inline, ``result`` holds the task's answer), ``"pending"`` (one
+    is already queued or running for the session), or ``"failed"`` (``error`` says why; a
+    sweep catches up later)."""
+
+    state: str
+    task_id: str | None = None
+    result: Any = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.state in ("queued", "ran", "pending")

@@ -3,7 +3,7 @@
 Every error body has the same shape: ``{"detail": "...", "code": "..."}``, plus ``field`` (and
 ``index`` for a message of a batch) and ``errors`` (``{field: [messages]}``) when a field is at
 fault, and the versions involved for a snapshot conflict. The adapter's typed errors map to
-statuses through ``ERROR_STATUS``; DRF's own errors (validation, authentication, throttling,
+statuses through the attributes each error class carries (``memory_app.exceptions``); DRF's own errors (validation, authentication, throttling,
 404) are reshaped to the same body; a body over ``DATA_UPLOAD_MAX_MEMORY_SIZE`` is a 413 and an
 unavailable database a 503 with ``Retry-After``.
 """
@@ -21,43 +21,12 @@ from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from ..exceptions import (
-    DecryptionFailed,
-    InvalidCursor,
-    InvalidExport,
-    InvalidMessage,
-    InvalidSession,
-    InvalidSnapshot,
-    MemoryStoreError,
-    MessageTooLarge,
-    SessionExists,
-    SessionNotFound,
-    SnapshotConflict,
-)
-from ..search import InvalidSearch
+from ..exceptions import InvalidMessage, MemoryStoreError, SnapshotConflict
 
 logger = logging.getLogger("memory_app")
 
 #: Seconds a client is asked to wait (Retry-After) when the database is unavailable.
 DATABASE_RETRY_AFTER = 1
-
-#: Status and machine-readable code of each adapter error (looked up along the class's MRO,
-#: so a new subclass inherits its parent's mapping until it gets its own line here).
-ERROR_STATUS: dict[type[MemoryStoreError], tuple[int, str]] = {
-    MemoryStoreError: (status.HTTP_400_BAD_REQUEST, "invalid"),
-    InvalidMessage: (status.HTTP_400_BAD_REQUEST, "invalid_message"),
-    MessageTooLarge: (status.HTTP_400_BAD_REQUEST, "message_too_large"),
-    InvalidCursor: (status.HTTP_400_BAD_REQUEST, "invalid_cursor"),
-    InvalidSnapshot: (status.HTTP_400_BAD_REQUEST, "invalid_snapshot"),
-    InvalidExport: (status.HTTP_400_BAD_REQUEST, "invalid_export"),
-    InvalidSession: (status.HTTP_400_BAD_REQUEST, "invalid_session"),
-    InvalidSearch: (status.HTTP_400_BAD_REQUEST, "invalid_search"),
-    SessionNotFound: (status.HTTP_404_NOT_FOUND, "not_found"),
-    SessionExists: (status.HTTP_409_CONFLICT, "session_exists"),
-    # A server misconfiguration (encryption keys), not the client's fault.
-    DecryptionFailed: (status.HTTP_500_INTERNAL_SERVER_ERROR, "decryption_failed"),
-    SnapshotConflict: (status.HTTP_409_CONFLICT, "snapshot_conflict"),
-}
 
 
 def memory_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
@@ -85,10 +54,11 @@ def memory_exception_handler(exc: Exception, context: dict[str, Any]) -> Respons
 
 
 def _store_error_response(exc: MemoryStoreError) -> Response:
-    http_status, code = next(ERROR_STATUS[cls] for cls in type(exc).__mro__ if cls in ERROR_STATUS)
-    if http_status >= 500:
+    # Status, code and retry advice live on the error classes (memory_app.exceptions).
+    http_status = exc.status_code
+    if not exc.client_fault:
         logger.error("memory API: %s", exc, exc_info=exc)
-    body: dict[str, Any] = {"detail": str(exc), "code": code}
+    body: dict[str, Any] = {"detail": str(exc), "code": exc.code}
     field = getattr(exc, "field", None)
     if field:
         body["field"] = field
@@ -100,7 +70,10 @@ def _store_error_response(exc: MemoryStoreError) -> Response:
         body["expected_version"] = exc.expected_version
         body["current_version"] = current.version if current is not None else None
         body["current"] = dataclasses.asdict(current) if current is not None else None
-    return Response(body, status=http_status)
+    headers = {}
+    if exc.retryable and exc.retry_after is not None:
+        headers["Retry-After"] = str(exc.retry_after)
+    return Response(body, status=http_status, headers=headers)
 
 
 def _drf_error_body(exc: Exception, data: Any) -> dict[str, Any]:

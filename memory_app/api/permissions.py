@@ -11,7 +11,7 @@ from typing import Any
 
 from rest_framework.permissions import IsAuthenticated
 
-from ..memory import ANY_OWNER
+from ..types import ANY_OWNER
 
 
 class OwnerScoped(IsAuthenticated):

@@ -16,18 +16,22 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from ..conf import memory_settings
-from ..memory import MAX_CURSOR
 from ..models import Role
-from ..search import MODES, SCOPES
 from ..types import StoredMessage
-from ..validation import MAX_KEY, MAX_NAME, PART_TYPES
-
-#: Largest count a client may ask a window for (PostgreSQL's integer).
-MAX_COUNT = 2**31 - 1
-#: Most results one search returns (the adapter's bound).
-MAX_SEARCH_LIMIT = 1000
-#: Longest search query accepted, in characters.
-MAX_QUERY = 4000
+from ..validation import (
+    MAX_COUNT,
+    MAX_CURSOR,
+    MAX_KEY,
+    MAX_MODEL,
+    MAX_NAME,
+    MAX_NAMESPACE,
+    MAX_SEARCH_LIMIT,
+    MAX_TITLE,
+    MODES,
+    PART_TYPES,
+    SCOPES,
+)
+from ..validation import MAX_QUERY_CHARS as MAX_QUERY
 
 
 class StrictFieldsMixin:
@@ -245,9 +249,9 @@ class SessionSerializer(serializers.Serializer):
 # -- requests ----------------------------------------------------------------------------------
 
 class SessionCreateSerializer(StrictFieldsMixin, serializers.Serializer):
-    key = StrictCharField(max_length=255, help_text="Unique per owner and namespace.")
-    namespace = StrictCharField(max_length=100, required=False, help_text="The agent's name.")
-    title = StrictCharField(max_length=255, required=False, allow_blank=True)
+    key = StrictCharField(max_length=MAX_KEY, help_text="Unique per owner and namespace.")
+    namespace = StrictCharField(max_length=MAX_NAMESPACE, required=False, help_text="The agent's name.")
+    title = StrictCharField(max_length=MAX_TITLE, required=False, allow_blank=True)
     metadata = serializers.DictField(required=False)
     expires_at = serializers.DateTimeField(required=False, allow_null=True,
                                            help_text="Deleted by memory_prune after this time.")
@@ -259,7 +263,7 @@ class SessionCreateSerializer(StrictFieldsMixin, serializers.Serializer):
 
 
 class SessionUpdateSerializer(StrictFieldsMixin, serializers.Serializer):
-    title = StrictCharField(max_length=255, required=False, allow_blank=True)
+    title = StrictCharField(max_length=MAX_TITLE, required=False, allow_blank=True)
     metadata = serializers.DictField(required=False, help_text="Replaces the whole metadata object.")
     expires_at = serializers.DateTimeField(required=False, allow_null=True, help_text="null: never expires.")
 
@@ -275,7 +279,7 @@ class SnapshotCreateSerializer(StrictFieldsMixin, serializers.Serializer):
     )
     pinned = MessageListField(required=False,
                               help_text="Messages always sent with the summary (e.g. the task).")
-    model = StrictCharField(required=False, allow_blank=True, max_length=200,
+    model = StrictCharField(required=False, allow_blank=True, max_length=MAX_MODEL,
                             help_text="Who wrote the summary.")
     metadata = serializers.DictField(required=False)
     prune = StrictBooleanField(
@@ -285,7 +289,7 @@ class SnapshotCreateSerializer(StrictFieldsMixin, serializers.Serializer):
 
 
 class SessionListQuerySerializer(serializers.Serializer):
-    namespace = serializers.CharField(required=False, max_length=100,
+    namespace = serializers.CharField(required=False, max_length=MAX_NAMESPACE,
                                       help_text="Only sessions of this namespace (agent).")
 
 
@@ -314,8 +318,8 @@ class WindowQuerySerializer(serializers.Serializer):
 
 
 class ImportQuerySerializer(serializers.Serializer):
-    key = serializers.CharField(required=False, max_length=255, help_text="Store under this key instead.")
-    namespace = serializers.CharField(required=False, max_length=100,
+    key = serializers.CharField(required=False, max_length=MAX_KEY, help_text="Store under this key instead.")
+    namespace = serializers.CharField(required=False, max_length=MAX_NAMESPACE,
                                       help_text="Store in this namespace instead.")
 
 
@@ -323,6 +327,8 @@ class ImportQuerySerializer(serializers.Serializer):
 
 class ExportSessionSerializer(serializers.Serializer):
     id = serializers.UUIDField(required=False)
+    owner = serializers.JSONField(required=False, allow_null=True,
+                                  help_text="The owner's primary key (import makes it yours).")
     key = serializers.CharField()
     namespace = serializers.CharField(required=False)
     title = serializers.CharField(required=False, allow_blank=True)
@@ -489,7 +495,12 @@ class SummarizeSerializer(StrictFieldsMixin, serializers.Serializer):
 
 
 class TaskSerializer(serializers.Serializer):
-    task_id = serializers.CharField(help_text="The summarize_session task's id.")
+    task_id = serializers.CharField(allow_null=True, help_text="The summarize_session task's id "
+                                                              "(null when one was already pending).")
+    state = serializers.ChoiceField(
+        choices=["queued", "ran", "pending"],
+        help_text="queued: a worker will run it; ran: no broker, it ran before this answer; "
+                  "pending: a run for this session was already queued or running.")
 
 
 # -- errors ------------------------------------------------------------------------------------

@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import QueryDict, StreamingHttpResponse
-from django.utils.module_loading import import_string
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiExample,
@@ -86,12 +85,10 @@ class MemoryAPIMixin:
     renderer_classes = [JSONRenderer]
 
     def get_permissions(self) -> list:
-        return [import_string(path)() if isinstance(path, str) else path()
-                for path in memory_settings.API_PERMISSION_CLASSES]
+        return [permission() for permission in memory_settings.API_PERMISSION_CLASSES]
 
     def get_throttles(self) -> list:
-        return [import_string(path)() if isinstance(path, str) else path()
-                for path in memory_settings.API_THROTTLE_CLASSES]
+        return [throttle() for throttle in memory_settings.API_THROTTLE_CLASSES]
 
     def get_exception_handler(self):
         return memory_exception_handler
@@ -353,8 +350,13 @@ class SessionViewSet(MemoryAPIMixin, GenericViewSet):
     def summarize(self, request: Request, id: str) -> Response:
         memory = self.get_memory()
         data = _validated(s.SummarizeSerializer, request.data)
-        task_id = memory.summarize_async(keep_recent=data.get("keep_recent"))
-        return Response({"task_id": task_id}, status=status.HTTP_202_ACCEPTED)
+        scheduled = memory.schedule_summary(keep_recent=data.get("keep_recent"))
+        if scheduled.state == "failed":
+            return Response({"detail": f"Summarization could not be scheduled: {scheduled.error}",
+                             "code": "broker_unavailable"}, status=status.HTTP_503_SERVICE_UNAVAILABLE,
+                            headers={"Retry-After": "5"})
+        return Response({"task_id": scheduled.task_id, "state": scheduled.state},
+                        status=status.HTTP_202_ACCEPTED)
 
     @extend_schema(
         summary="Context with recall",

@@ -24,27 +24,19 @@ A vector's ``name`` must fix its dimensions: vectors of one name share one HNSW 
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import re
 import threading
 from collections.abc import Sequence
-from functools import lru_cache
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
-from django.core.signals import setting_changed
 
 from ..conf import memory_settings
-from ..exceptions import MemoryStoreError
+from ..exceptions import EmbedderError, TransientEmbedderError
 
-
-class EmbedderError(MemoryStoreError):
-    """The embedding provider failed, or answered something unusable. Not worth retrying."""
-
-
-class TransientEmbedderError(EmbedderError):
-    """The provider failed in a way a retry may fix (timeout, rate limit, 5xx): tasks retry it."""
+__all__ = ["Embedder", "EmbedderError", "LexicalEmbedder", "OpenAIEmbedder",
+           "SentenceTransformerEmbedder", "TransientEmbedderError", "get_embedder"]
 
 
 class Embedder:
@@ -299,23 +291,10 @@ class OpenAIEmbedder(Embedder):
 
 # ---- the configured embedder -------------------------------------------------------------------
 
+@memory_settings.derived
 def get_embedder() -> Embedder:
-    """The embedder ``MEMORY_APP`` configures (one instance per configuration, reused)."""
-    cls = memory_settings.EMBEDDER
+    """The embedder ``MEMORY_APP`` configures (built once, again after the settings change)."""
     options = memory_settings.EMBEDDER_OPTIONS or {}
     if not isinstance(options, dict):
         raise ImproperlyConfigured("MEMORY_APP['EMBEDDER_OPTIONS'] must be a dict")
-    return _build(cls, json.dumps(options, sort_keys=True, default=str))
-
-
-@lru_cache(maxsize=8)
-def _build(cls, options_json: str) -> Embedder:
-    return cls(**json.loads(options_json))
-
-
-def _reset(*, setting: str, **kwargs: Any) -> None:
-    if setting == "MEMORY_APP":
-        _build.cache_clear()
-
-
-setting_changed.connect(_reset)
+    return memory_settings.EMBEDDER(**options)

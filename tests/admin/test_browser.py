@@ -254,7 +254,7 @@ def test_summarize_now_reports_and_adds_a_snapshot(page, tasks, make_session):
     page.goto(session_url(memory))
     assert "No snapshot yet" in page.locator("#snapshots").inner_text()
     follow(page, page.get_by_role("button", name="Summarize now"))
-    assert "Summarization queued for “chatty”" in page.locator(".messagelist").inner_text()
+    assert "Summarization of “chatty”: done now (no broker)" in page.locator(".messagelist").inner_text()
     snapshot = memory.latest_snapshot()
     assert snapshot is not None
     assert f"#1 – #{snapshot.upto}" in page.locator("#snapshot-1").inner_text()

@@ -10,7 +10,7 @@ from django.test import override_settings
 
 from memory_app import Memory
 from memory_app.models import Embedding, Snapshot
-from memory_app.search import RECALL_CLOSE, RECALL_OPEN
+from memory_app.services.recall import RECALL_CLOSE, RECALL_OPEN
 
 from .conftest import session_url
 

@@ -108,7 +108,8 @@ def test_a_stale_prev_version_is_409_with_the_current_snapshot(api, session):
         ({"upto": 2}, "invalid", "summary"),
         ({"summary": "s", "upto": 2, "prev_version": "one"}, "invalid", "prev_version"),
         ({"summary": "s", "upto": 2, "version": 7}, "invalid", "version"),
-        ({"summary": "s", "upto": 2, "pinned": [{"role": "nobody", "content": "x"}]}, "invalid_message", "role"),
+        ({"summary": "s", "upto": 2, "pinned": [{"role": "nobody", "content": "x"}]}, "invalid_snapshot",
+         "pinned[0].role"),
         ({"summary": "s", "upto": 2, "pinned": "the task"}, "invalid", "pinned"),
     ],
 )

@@ -10,10 +10,10 @@ from asgiref.sync import sync_to_async
 from django.db import connections
 
 from memory_app import Memory
-from memory_app.compaction import covered_range
 from memory_app.exceptions import EmptySummary, InvalidSnapshot, SnapshotConflict, SummarizerError
 from memory_app.models import Message, Session
 from memory_app.providers.summarizers import ExtractiveSummarizer, Summarizer
+from memory_app.services.compaction import covered_range
 from memory_app.types import StoredMessage
 from tests.conftest import tool_turn
 

@@ -9,8 +9,8 @@ from django.core.management import CommandError, call_command
 from django.db import transaction
 
 from memory_app import Memory
-from memory_app.compaction import _local_run, needs_summary
 from memory_app.models import Session
+from memory_app.services.background import _local_run, needs_summary
 
 from .conftest import turns
 

@@ -13,8 +13,8 @@ import redis
 from django.core.management import call_command
 
 from memory_app import Memory
-from memory_app.compaction import _lock_key
 from memory_app.models import Session, Snapshot
+from memory_app.services.background import lock_key as _lock_key
 from memory_app.tasks import summarize_session
 from tests.celery_worker import REDIS_URL, VISIBILITY_TIMEOUT, wait_until
 

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from memory_app import Memory
-from memory_app.search import RECALL_CLOSE, RECALL_OPEN, InvalidSearch
+from memory_app.exceptions import InvalidSearch
+from memory_app.services.recall import RECALL_CLOSE, RECALL_OPEN
 from memory_app.tokens import count_message
 from tests.recall.conftest import add_turns
 

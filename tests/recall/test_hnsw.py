@@ -12,7 +12,8 @@ from django.test.utils import CaptureQueriesContext
 from memory_app import Memory
 from memory_app.models import Embedding, Message
 from memory_app.providers.embeddings import get_embedder
-from memory_app.search import apply_hnsw_settings, ensure_hnsw_index, hnsw_index_name
+from memory_app.services.embedding import ensure_hnsw_index, hnsw_index_name
+from memory_app.services.recall import apply_hnsw_settings
 
 pytestmark = pytest.mark.postgres
 

@@ -9,7 +9,9 @@ from asgiref.sync import sync_to_async
 from django.db import connections
 
 from memory_app import Memory
-from memory_app.search import InvalidSearch, SearchResult, reciprocal_rank_fusion
+from memory_app.exceptions import InvalidSearch
+from memory_app.services.recall import reciprocal_rank_fusion
+from memory_app.types import SearchResult
 from tests.recall.conftest import add_turns
 
 

@@ -11,15 +11,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memory_app.context import assemble_window, summary_message, tool_groups_newest_first
 from memory_app.exceptions import InvalidMessage
+from memory_app.services.context import assemble_window, summary_message, tool_groups_newest_first
 from memory_app.types import SnapshotView, StoredMessage
 from memory_app.validation import (
     ALLOWED_KEYS,
     PART_TYPES,
     ROLES,
-    validate_message,
-    validate_messages,
+    check_message,
+    check_messages,
 )
 
 PROPERTY_SETTINGS = settings(max_examples=300, deadline=None,
@@ -76,14 +76,14 @@ message_like = st.fixed_dictionaries({}, optional={
 def test_validator_refuses_unhashable_role_or_part_type(data):
     # Found by the property below: a list where a role or part type goes once raised TypeError.
     with pytest.raises(InvalidMessage):
-        validate_message(data)
+        check_message(data)
 
 
 @PROPERTY_SETTINGS
 @given(message_like | json_values)
 def test_validator_accepts_or_refuses_with_invalid_message_only(data):
     try:
-        message = validate_message(data)
+        message = check_message(data)
     except InvalidMessage as err:
         assert isinstance(err.field, str) and err.reason
         return
@@ -95,7 +95,7 @@ def test_validator_accepts_or_refuses_with_invalid_message_only(data):
         assert all(openai_form[key] is value for key, value in message.extra.items())
         return
     # What it accepts round-trips: the OpenAI form validates to the same message.
-    again = validate_message(message.as_openai())
+    again = check_message(message.as_openai())
     assert (again.role, again.content, again.content_parts, again.name, again.tool_calls,
             again.tool_call_id) == (message.role, message.content, message.content_parts,
                                     message.name, message.tool_calls, message.tool_call_id)
@@ -105,7 +105,7 @@ def test_validator_accepts_or_refuses_with_invalid_message_only(data):
 @given(st.lists(message_like, max_size=4) | json_values)
 def test_batch_validator_accepts_or_refuses_with_invalid_message_only(batch):
     try:
-        validated = validate_messages(batch)
+        validated = check_messages(batch)
     except InvalidMessage as err:
         assert isinstance(err.field, str) and err.reason
         return

@@ -195,7 +195,7 @@ def test_bad_keys_fail_the_system_check():
 def test_search_finds_encrypted_messages_by_their_plaintext(user):
     # Embeddings are computed from the plaintext (the embedding step reads messages through the
     # log, which decrypts). Runs once recall (memory_app.search) is installed.
-    pytest.importorskip("memory_app.search")
+    pytest.importorskip("memory_app.services.recall")
     with keys(NEW):
         memory = Memory.create("searchable", owner=user)
         memory.add_many([{"role": "user", "content": "The quarterly report is due on Friday."},

@@ -92,8 +92,12 @@ def test_an_import_belongs_to_the_importer_whatever_it_claims(api, user, other_u
     bobs = Memory.create("bobs", owner=other_user)
     bobs.add({"role": "user", "content": "Bob's"})
     exported = session.export()
-    exported["session"].update(id=str(bobs.id), owner=other_user.pk, owner_id=other_user.pk,
-                               message_count=10**6, token_count=10**9, tokens_since_snapshot=10**9)
+    # Counters are not export fields: claiming them is refused, naming the field, and stores nothing.
+    claims = {**exported, "session": {**exported["session"], "message_count": 10**6}}
+    response = api.post(import_url() + "?key=claimed", claims, format="json")
+    assert (response.status_code, response.json()["field"]) == (400, "session.message_count")
+    # The export's own id and owner are ignored: the import is the importer's, with a new id.
+    exported["session"].update(id=str(bobs.id), owner=other_user.pk)
     response = api.post(import_url() + "?key=claimed", exported, format="json")
     assert response.status_code == 201, response.data
     body = response.json()

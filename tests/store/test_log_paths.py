@@ -140,7 +140,7 @@ def test_hot_paths_are_single_round_trips(mem, django_assert_num_queries):
 
 
 def test_rows_decode_the_same_with_and_without_the_direct_constructor(mem, monkeypatch):
-    from memory_app import log
+    from memory_app.store import log
 
     mem.add_many(MIXED)
     direct = mem.last(len(MIXED))

@@ -3,8 +3,8 @@
 import pytest
 from django.test import override_settings
 
-from memory_app.context import SUMMARY_PREFIX
 from memory_app.exceptions import InvalidCursor
+from memory_app.services.context import SUMMARY_PREFIX
 from memory_app.tokens import count_message
 from tests.conftest import tool_turn
 

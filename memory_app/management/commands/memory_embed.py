@@ -15,8 +15,9 @@ from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
 from memory_app.conf import memory_settings
-from memory_app.providers.embeddings import EmbedderError, get_embedder
-from memory_app.search import count_missing, embed_messages, ensure_hnsw_index
+from memory_app.exceptions import EmbedderError
+from memory_app.providers.embeddings import get_embedder
+from memory_app.services.embedding import count_missing, embed_messages, ensure_hnsw_index
 
 
 class Command(BaseCommand):

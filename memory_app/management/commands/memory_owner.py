@@ -21,7 +21,7 @@ from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
 from memory_app.memory import Memory
-from memory_app.owners import owner_summary
+from memory_app.services.owners import owner_summary
 
 
 class Command(BaseCommand):

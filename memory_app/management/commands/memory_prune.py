@@ -7,12 +7,11 @@ import re
 import sys
 
 from django.core.management.base import BaseCommand, CommandError
-from django.db import transaction
 from django.utils import timezone
 from tqdm import tqdm
 
 from memory_app.models import Session
-from memory_app.owners import delete_session_rows
+from memory_app.store import sessions as session_store
 
 DURATION = re.compile(r"^(\d+)([smhdw])$")
 UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
@@ -53,14 +52,9 @@ class Command(BaseCommand):
                   file=sys.stderr) as bar:
             while True:
                 # Each batch in its own transaction: a long prune never holds locks for long.
-                with transaction.atomic():
-                    ids = list(doomed.order_by("pk").values_list("pk", flat=True)[:batch_size])
-                    if not ids:
-                        break
-                    batch = Session.objects.filter(pk__in=ids)
-                    list(batch.select_for_update().values_list("pk", flat=True))
-                    # One DELETE per table: the deletion collector would load every message.
-                    delete_session_rows(batch)
-                deleted += len(ids)
+                ids = list(doomed.order_by("pk").values_list("pk", flat=True)[:batch_size])
+                if not ids:
+                    break
+                deleted += session_store.delete_batch(ids)
                 bar.update(len(ids))
         self.stdout.write(f"Deleted {deleted} session(s).")

@@ -17,10 +17,9 @@ import sys
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
-from memory_app.compaction import needs_summary, request_summary
 from memory_app.conf import memory_settings
-from memory_app.memory import ANY_OWNER, Memory
 from memory_app.models import Session
+from memory_app.services import background, compaction
 
 
 class Command(BaseCommand):
@@ -70,18 +69,19 @@ class Command(BaseCommand):
         progress = tqdm(ids.iterator(chunk_size=500), total=ids.count(), unit="session",
                         disable=options["no_progress"], file=sys.stderr)
         for session_id in progress:
-            if options["over_threshold"] and not needs_summary(session_id, threshold=threshold):
+            if options["over_threshold"] and not background.needs_summary(session_id, threshold=threshold):
                 skipped += 1
                 continue
             try:
                 if options["sync"]:
-                    mem = Memory.get(session_id, owner=ANY_OWNER)
-                    result = snapshot = mem.compact(keep_recent=keep_recent)
+                    result = snapshot = compaction.compact(session_id, keep_recent=keep_recent)
                     # A backlog larger than one run's token budget takes several runs.
                     while snapshot is not None and snapshot.metadata.get("partial"):
-                        snapshot = mem.compact(keep_recent=keep_recent)
+                        snapshot = compaction.compact(session_id, keep_recent=keep_recent)
                 else:
-                    result = request_summary(session_id, keep_recent=keep_recent, fail_silently=False)
+                    scheduled = background.schedule_summary(session_id, keep_recent=keep_recent,
+                                                            fail_silently=False)
+                    result = scheduled.task_id if scheduled.state in ("queued", "ran") else None
             except Exception as err:  # store, summarizer, Redis or broker errors: go on with the rest
                 failed += 1
                 self.stderr.write(f"session {session_id}: {type(err).__name__}: {err}")

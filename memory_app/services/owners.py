@@ -5,7 +5,7 @@
 them). An owner export is a list of session exports in the format ``SessionMemory.export()``
 writes, so each one can be restored with ``Memory.import_session``.
 
-Deleting sessions goes through ``delete_session_rows``: one ``DELETE`` per table, children
+Deleting sessions goes through ``store.sessions.delete_rows``: one ``DELETE`` per table, children
 first (embeddings, messages, snapshots, sessions), instead of Django's deletion collector,
 which loads every message of a session into memory to find what cascades from it.
 ``SessionMemory.clear()`` and ``delete()`` use it too.
@@ -16,17 +16,19 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
 from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connections, router, transaction
-from django.db.models import QuerySet, Sum
+from django.db.models import Sum
 from django.utils import timezone
 
-from .exceptions import InvalidOwner
-from .models import Embedding, Message, Session, Snapshot
+from ..exceptions import InvalidOwner
+from ..models import Session
+from ..store import log, sessions, snapshots
+from ..store.transfer import export_head, message_fields, snapshot_fields
+from ..types import ANY_OWNER, ErasedRows
 
 OWNER_EXPORT_FORMAT = "memory_app.owner"
 OWNER_EXPORT_VERSION = 1
@@ -35,64 +37,15 @@ OWNER_EXPORT_VERSION = 1
 EXPORT_BATCH_SIZE = 1000
 
 
-@dataclass(frozen=True)
-class ErasedRows:
-    """How many rows of each table an erase (or a session delete) removed."""
-
-    sessions: int = 0
-    messages: int = 0
-    snapshots: int = 0
-    embeddings: int = 0
-
-    def as_dict(self) -> dict[str, int]:
-        return asdict(self)
-
-
 def owner_pk(owner: Any) -> Any:
     """The primary key of ``owner`` (a user or a primary key); refuses "no owner" and ANY_OWNER.
 
     Ownerless sessions belong to nobody, so there is nobody to export them to or erase them for.
     """
-    from .memory import ANY_OWNER
-
     if owner is None or owner is ANY_OWNER or isinstance(owner, bool):
         raise InvalidOwner("an owner (a user or its primary key) is required; "
                            "ownerless sessions belong to nobody")
     return getattr(owner, "pk", owner)
-
-
-# -- deleting ----------------------------------------------------------------------------------
-
-def delete_session_rows(sessions: QuerySet, *, keep_sessions: bool = False,
-                        owner_id: Any = None,
-                        progress: Callable[[str, int], None] | None = None) -> ErasedRows:
-    """Delete everything under ``sessions`` (a Session queryset), and the sessions themselves
-    unless ``keep_sessions``: one DELETE per table, children first, nothing loaded into memory.
-
-    Call it inside a transaction that holds the sessions' row locks. ``owner_id`` also deletes
-    embeddings filed under that owner whatever their session. ``progress(table, rows)`` is
-    called after each table.
-    """
-    using = router.db_for_write(Session)
-    ids = sessions.values("pk")
-    counts: dict[str, int] = {}
-
-    def gone(name: str, queryset: QuerySet) -> None:
-        # QuerySet._raw_delete is the one-statement DELETE Django's own collector uses for
-        # "fast deletes"; we can use it because we delete the dependent tables first ourselves.
-        counts[name] = queryset._raw_delete(using)
-        if progress is not None:
-            progress(name, counts[name])
-
-    embeddings = Embedding.objects.filter(session_id__in=ids)
-    gone("embeddings", embeddings)
-    if owner_id is not None:
-        counts["embeddings"] += Embedding.objects.filter(owner_id=owner_id)._raw_delete(using)
-    gone("messages", Message.objects.filter(session_id__in=ids))
-    gone("snapshots", Snapshot.objects.filter(session_id__in=ids))
-    if not keep_sessions:
-        gone("sessions", Session.objects.filter(pk__in=ids))
-    return ErasedRows(**counts)
 
 
 def erase_owner(owner: Any, *, progress: Callable[[str, int], None] | None = None) -> ErasedRows:
@@ -109,9 +62,9 @@ def erase_owner(owner: Any, *, progress: Callable[[str, int], None] | None = Non
     with transaction.atomic(using=using):
         list(get_user_model()._default_manager.using(using).select_for_update()
              .filter(pk=pk).values_list("pk", flat=True))
-        sessions = Session.objects.using(using).filter(owner_id=pk)
-        list(sessions.select_for_update().order_by("pk").values_list("pk", flat=True))
-        return delete_session_rows(sessions, owner_id=pk, progress=progress)
+        owned = Session.objects.using(using).filter(owner_id=pk)
+        list(owned.select_for_update().order_by("pk").values_list("pk", flat=True))
+        return sessions.delete_rows(owned, owner_id=pk, progress=progress)
 
 
 # -- exporting ---------------------------------------------------------------------------------
@@ -149,15 +102,6 @@ def iter_owner_export(owner: Any, *, batch_size: int = EXPORT_BATCH_SIZE,
     Everything is read in one transaction (one snapshot on PostgreSQL). ``progress(messages)``
     is called after each batch. ``json.loads("".join(...))`` equals ``export_owner(owner)``.
     """
-    from .memory import (
-        EXPORT_FORMAT,
-        EXPORT_VERSION,
-        SessionMemory,
-        export_message,
-        export_session_fields,
-        export_snapshot,
-    )
-
     pk = owner_pk(owner)
     using = router.db_for_read(Session)
 
@@ -168,25 +112,21 @@ def iter_owner_export(owner: Any, *, batch_size: int = EXPORT_BATCH_SIZE,
         head = {"format": OWNER_EXPORT_FORMAT, "version": OWNER_EXPORT_VERSION,
                 "owner": {"id": pk}, "exported_at": timezone.now().isoformat()}
         yield dumps(head)[:-1] + ', "sessions": ['
-        sessions = Session.objects.filter(owner_id=pk).order_by("created_at", "pk")
-        for index, session in enumerate(sessions.iterator(chunk_size=100)):
-            memory = SessionMemory(session)
-            fields = export_session_fields(session)
-            yield ("," if index else "") + dumps(
-                {"format": EXPORT_FORMAT, "version": EXPORT_VERSION, "session": fields}
-            )[:-1] + ', "messages": ['
+        owned = Session.objects.filter(owner_id=pk).order_by("created_at", "pk")
+        for index, session in enumerate(owned.iterator(chunk_size=100)):
+            yield ("," if index else "") + dumps(export_head(session))[:-1] + ', "messages": ['
             after, first = 0, True
             while True:
                 # Bounded by next_seq as read above: a message appended since is not half in.
-                batch = memory.messages(after=after, before=session.next_seq, limit=batch_size)
+                batch = log.messages(session.pk, after=after, before=session.next_seq, limit=batch_size)
                 if not batch:
                     break
-                yield ("" if first else ",") + ",".join(dumps(export_message(m)) for m in batch)
+                yield ("" if first else ",") + ",".join(dumps(message_fields(m)) for m in batch)
                 first = False
                 after = batch[-1].cursor
                 if progress is not None:
                     progress(len(batch))
-            yield '], "snapshots": ' + dumps([export_snapshot(v) for v in memory.snapshots()]) + "}"
+            yield '], "snapshots": ' + dumps([snapshot_fields(v) for v in snapshots.lineage(session.pk)]) + "}"
         yield "]}"
 
 

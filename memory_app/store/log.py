@@ -17,21 +17,24 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import fields
 from functools import cache
+from typing import Any
 
 from django.db import IntegrityError, connections, router, transaction
-from django.db.models import F
+from django.db.models import F, Max, Min
 from django.utils import timezone
 
-from .conf import memory_settings
-from .encryption import decrypt_row, encrypt_row
-from .exceptions import SessionNotFound
-from .models import Message, Session, Snapshot
-from .tokens import count_message
-from .types import SnapshotView, StoredMessage
-from .validation import NewMessage
+from ..conf import memory_settings
+from ..encryption import decrypt_row, encrypt_row
+from ..exceptions import IdempotencyConflict, InvalidCursor, SessionNotFound
+from ..models import Message, Session, Snapshot
+from ..signals import messages_appended
+from ..tokens import count_message
+from ..types import NewMessage, SnapshotView, StoredMessage
+from ..validation import check_count, check_cursor, check_message, check_messages
+from . import sessions, snapshots
 
 ROW_FIELDS = (
     "seq", "role", "content", "content_parts", "name", "tool_calls", "tool_call_id", "extra",
@@ -50,6 +53,16 @@ def from_row(row: Sequence) -> StoredMessage:
 
 def rows(queryset) -> list[StoredMessage]:
     return [from_row(r) for r in queryset.values_list(*ROW_FIELDS)]
+
+
+def add(session_id, message: dict[str, Any]) -> StoredMessage:
+    """Check one OpenAI-format message with the rule book and append it."""
+    return append(session_id, [check_message(message)])[0]
+
+
+def add_many(session_id, messages: Iterable[dict[str, Any]]) -> list[StoredMessage]:
+    """Check a batch with the rule book and append it atomically: all or none."""
+    return append(session_id, check_messages(messages))
 
 
 def append(session_id, messages: list[NewMessage]) -> list[StoredMessage]:
@@ -79,9 +92,25 @@ def _append_idempotent(session_id, messages, tokens) -> list[StoredMessage]:
     else:
         found = rows(Message.objects.filter(session_id=session_id, idempotency_key__in=keys))
     existing = {m.idempotency_key: m for m in found}
+    for index, m in enumerate(messages):
+        stored = existing.get(m.idempotency_key)
+        if stored is not None and not _same(m, stored):
+            raise IdempotencyConflict(
+                "idempotency_key", f"{m.idempotency_key!r} is already stored with a different message "
+                f"(cursor {stored.cursor}); a retry must send the same message",
+                index=index if len(messages) > 1 else None)
     fresh = [(m, t) for m, t in zip(messages, tokens, strict=True) if m.idempotency_key not in existing]
     stored = iter(_insert(session_id, [m for m, _ in fresh], [t for _, t in fresh]) if fresh else [])
     return [existing[m.idempotency_key] if m.idempotency_key in existing else next(stored) for m in messages]
+
+
+_COMPARED = ("role", "content", "content_parts", "name", "tool_calls", "tool_call_id", "extra", "metadata")
+
+
+def _same(new: NewMessage, stored: StoredMessage) -> bool:
+    """A retried message is the one stored under its key (``remember`` may have been set since by
+    importance scoring, so it is not compared)."""
+    return all((getattr(new, f) or None) == (getattr(stored, f) or None) for f in _COMPARED)
 
 
 def _insert(session_id, messages: list[NewMessage], tokens: list[int]) -> list[StoredMessage]:
@@ -95,8 +124,6 @@ def _insert(session_id, messages: list[NewMessage], tokens: list[int]) -> list[S
         tokens_since, stored = _insert_generic(session_id, messages, tokens)
     # Callers get plaintext back, however the rows above were built (a no-op when they are).
     stored = [decrypt_row(m) for m in stored]
-    from .signals import messages_appended
-
     messages_appended.send(sender=Session, session_id=session_id, messages=stored,
                            tokens_since_snapshot=tokens_since)
     return stored
@@ -439,3 +466,73 @@ def window_source(
                                     tokens=sum(row[9] for row in first_page))
 
     return snapshot, system, newest()
+
+
+def messages(session_id, after: int | None = None, limit: int | None = None, *,
+             before: int | None = None) -> list[StoredMessage]:
+    """Messages with cursor greater than ``after`` (and less than ``before``), oldest first.
+
+    ``limit`` keeps the first ones after ``after``; when only ``before`` is given it keeps the
+    last ones before ``before`` instead, which is how a reader pages backwards.
+    """
+    qs = Message.objects.filter(session_id=session_id)
+    if after is not None:
+        qs = qs.filter(seq__gt=check_cursor(after, "after"))
+    if before is not None:
+        qs = qs.filter(seq__lt=check_cursor(before, "before"))
+    backwards = before is not None and after is None and limit is not None
+    qs = qs.order_by("-seq" if backwards else "seq")
+    if limit is not None:
+        qs = qs[:check_count(limit, "limit")]
+    found = rows(qs)
+    if backwards:
+        found.reverse()
+    return found
+
+
+def last(session_id, n: int) -> list[StoredMessage]:
+    """The newest ``n`` messages, oldest first."""
+    found = newest(session_id, check_count(n, "n"))
+    found.reverse()
+    return found
+
+
+def get(session_id, cursor: int) -> StoredMessage:
+    cursor = check_cursor(cursor)
+    found = rows(Message.objects.filter(session_id=session_id, seq=cursor))
+    if not found:
+        raise InvalidCursor(f"no message at cursor {cursor}", field="cursor")
+    return found[0]
+
+
+def cursor_range(session_id) -> tuple[int, int] | None:
+    """``(first, last)`` cursor of the messages stored now, or ``None`` when there are none."""
+    bounds = Message.objects.filter(session_id=session_id).aggregate(first=Min("seq"), last=Max("seq"))
+    if bounds["first"] is None:
+        return None
+    return bounds["first"], bounds["last"]
+
+
+def pop_last(session_id) -> StoredMessage | None:
+    """Delete the newest message and return it; ``None`` when the log is empty.
+
+    The popped cursor is never handed out again (``next_seq`` does not move back), so a reader
+    holding it sees a gap, never a different message. Counters stay exact (row lock).
+    """
+    with transaction.atomic(using=router.db_for_write(Message)):
+        session = sessions.lock(session_id)
+        newest_rows = rows(Message.objects.filter(session=session).order_by("-seq")[:1])
+        if not newest_rows:
+            return None
+        popped = newest_rows[0]
+        Message.objects.filter(session=session, seq=popped.cursor).delete()
+        since = session.tokens_since_snapshot
+        if popped.cursor > snapshots.latest_upto(session.pk):
+            since = max(0, since - popped.tokens)
+        Session.objects.filter(pk=session.pk).update(
+            message_count=session.message_count - 1,
+            token_count=session.token_count - popped.tokens,
+            tokens_since_snapshot=since,
+            updated_at=timezone.now(),
+        )
+    return popped

@@ -1,17 +1,4 @@
-"""Recall: embedding messages, searching them, and putting what is found into a context.
-
-Indexing
-    Messages are embedded by Celery tasks after their append commits (``on_messages_appended``
-    schedules ``tasks.embed_messages`` with ``transaction.on_commit``), by ``embed_session``,
-    and by the ``memory_embed`` backfill command. All of them call ``embed_messages()`` here,
-    which only embeds what is missing (unique message + model, conflicts ignored): running it
-    twice stores nothing twice.
-
-    Each embedding model gets its own HNSW index on PostgreSQL, created the first time the model
-    stores vectors: a partial expression index
-    ``USING hnsw ((vector::vector(D)) vector_cosine_ops) WHERE model = '<name>'``
-    (``halfvec`` above 2000 dimensions, pgvector's limit for ``vector``). The column is untyped so
-    models of different sizes coexist; the cast gives the index a fixed size.
+"""Recall: searching messages, and putting what is found into a context.
 
 Searching
     ``search()`` ranks by cosine similarity (``mode="vector"``), PostgreSQL full-text search
@@ -35,313 +22,30 @@ Context
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
-import logging
 import math
 import re
 import uuid
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any
 
-from django.db import DatabaseError, connections, router, transaction
-from django.db.models import Exists, OuterRef
+from django.db import connections, router, transaction
 
-from .conf import memory_settings
-from .encryption import decrypt_text
-from .exceptions import MemoryStoreError
-from .importance import importance_scorer, should_recall
-from .log import rows as message_rows
-from .models import Embedding, Message, Role, Session
-from .providers.embeddings import Embedder, get_embedder
-from .tokens import count_message, encoding_name_for_model
-from .types import StoredMessage, Window
+from ..conf import memory_settings
+from ..encryption import decrypt_text
+from ..importance import should_recall
+from ..models import Embedding, Message, Session
+from ..providers.embeddings import Embedder, get_embedder
+from ..store.log import rows as message_rows
+from ..tokens import count_message, encoding_name_for_model
+from ..types import RecallWindow, SearchResult, Window
+from ..validation import check_count, check_recall_k, check_search, check_search_filters
+from . import windows
+from .embedding import sql_literal, vector_type
 
-if TYPE_CHECKING:
-    from .memory import SessionMemory
-
-logger = logging.getLogger(__name__)
-
-SCOPES = ("session", "owner")
-MODES = ("hybrid", "vector", "fulltext")
 #: Text search configuration of the full-text index (migration 0002) and of every query: they
 #: must be the same expression for PostgreSQL to use the index.
 FULLTEXT_CONFIG = "english"
-FULLTEXT_INDEX = "memory_message_content_fts"
-#: pgvector indexes ``vector`` up to 2000 dimensions and ``halfvec`` up to 4000.
-MAX_VECTOR_INDEX_DIMS = 2000
-MAX_HALFVEC_INDEX_DIMS = 4000
-
-
-class InvalidSearch(MemoryStoreError, ValueError):
-    """A search argument is unacceptable. ``field`` names it (for a 400 answer)."""
-
-    def __init__(self, field: str, reason: str) -> None:
-        self.field = field
-        self.reason = reason
-        super().__init__(f"{field}: {reason}")
-
-
-@dataclass(frozen=True)
-class SearchResult:
-    """One message found by ``search()``.
-
-    ``score`` is higher for better matches: cosine similarity for ``vector``, ``ts_rank``
-    (or shared words, off PostgreSQL) for ``fulltext``, the fused reciprocal-rank score for
-    ``hybrid``. ``ranks`` gives the message's 1-based rank in each ranking that found it.
-    """
-
-    message: StoredMessage
-    score: float
-    session_id: uuid.UUID
-    ranks: dict[str, int] = dataclasses.field(default_factory=dict)
-
-    @property
-    def cursor(self) -> int:
-        return self.message.cursor
-
-
-@dataclass(frozen=True)
-class RecallWindow(Window):
-    """A ``Window`` with recalled messages added in one system message (its cursor is ``None``).
-
-    ``recalled`` are the search results that made it into the block; ``recall_tokens`` is what
-    the block costs (included in ``tokens`` and ``budget_tokens``).
-    """
-
-    recalled: tuple[SearchResult, ...] = ()
-    recall_tokens: int = 0
-
-
-# ================================================================================================
-# Indexing: embedding messages and the per-model HNSW indexes
-# ================================================================================================
-
-def hnsw_index_name(model_name: str) -> str:
-    """The index name for one embedding model: readable, unique, at most 63 characters."""
-    slug = re.sub(r"[^a-z0-9]+", "_", model_name.lower()).strip("_")[:30]
-    digest = hashlib.blake2b(model_name.encode(), digest_size=4).hexdigest()
-    return f"memory_emb_hnsw_{slug}_{digest}"
-
-
-def vector_type(dimensions: int) -> str:
-    """The SQL type vectors of this size are cast to in their index and in queries."""
-    if dimensions > MAX_VECTOR_INDEX_DIMS:
-        return f"halfvec({int(dimensions)})"
-    return f"vector({int(dimensions)})"
-
-
-def _sql_literal(value: str) -> str:
-    # Partial-index predicates are matched against query literals, so the model name is inlined
-    # (not bound) in both. standard_conforming_strings (on since PostgreSQL 9.1) makes doubling
-    # quotes sufficient.
-    if "\x00" in value:
-        raise InvalidSearch("model", "must not contain NUL characters")
-    return "'" + value.replace("'", "''") + "'"
-
-
-def ensure_hnsw_index(model_name: str, dimensions: int, *, using: str | None = None) -> str | None:
-    """Create the HNSW index for ``model_name`` if it does not exist; returns its name.
-
-    Idempotent and safe when several workers race (an advisory lock serialises them). ``None``
-    when the database is not PostgreSQL or the vectors are too long for any HNSW index.
-    """
-    using = using or router.db_for_write(Embedding)
-    connection = connections[using]
-    if connection.vendor != "postgresql":
-        return None
-    if dimensions > MAX_HALFVEC_INDEX_DIMS:
-        logger.warning("%s: %d dimensions is too many for an HNSW index; owner-scope search "
-                       "will scan", model_name, dimensions)
-        return None
-    index = hnsw_index_name(model_name)
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT to_regclass(%s) IS NOT NULL", [index])
-        if cursor.fetchone()[0]:
-            return index
-    ops = "halfvec_cosine_ops" if dimensions > MAX_VECTOR_INDEX_DIMS else "vector_cosine_ops"
-    table = connection.ops.quote_name(Embedding._meta.db_table)
-    with transaction.atomic(using=using), connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [index])
-        cursor.execute(
-            f"CREATE INDEX IF NOT EXISTS {connection.ops.quote_name(index)} ON {table} "
-            f"USING hnsw ((vector::{vector_type(dimensions)}) {ops}) "
-            f"WITH (m = {int(memory_settings.HNSW_M)}, "
-            f"ef_construction = {int(memory_settings.HNSW_EF_CONSTRUCTION)}) "
-            f"WHERE model = {_sql_literal(model_name)}"
-        )
-    logger.info("created HNSW index %s for %s (%d dimensions)", index, model_name, dimensions)
-    return index
-
-
-_EMBED_FIELDS = ("id", "session_id", "session__owner_id", "seq", "role", "content", "remember")
-
-
-def _pending(model_name: str, *, session_ids: Sequence | None = None,
-             cursors: Sequence[int] | None = None, replace: bool = False):
-    qs = Message.objects.exclude(content="")  # nothing to embed (e.g. a bare tool call)
-    if session_ids is not None:
-        qs = qs.filter(session_id__in=list(session_ids))
-    if cursors is not None:
-        qs = qs.filter(seq__in=list(cursors))
-    if not replace:
-        qs = qs.exclude(Exists(Embedding.objects.filter(message=OuterRef("pk"), model=model_name)))
-    return qs
-
-
-def count_missing(*, embedder: Embedder | None = None, session_ids: Sequence | None = None) -> int:
-    """Messages without a vector from ``embedder`` (the configured one by default)."""
-    embedder = embedder or get_embedder()
-    return _pending(embedder.name, session_ids=session_ids).count()
-
-
-def embed_messages(
-    *,
-    session_ids: Sequence | None = None,
-    cursors: Sequence[int] | None = None,
-    replace: bool = False,
-    embedder: Embedder | None = None,
-    batch_size: int | None = None,
-    limit: int | None = None,
-    progress: Callable[[int], Any] | None = None,
-) -> int:
-    """Embed the messages that have no vector from ``embedder`` yet; returns how many vectors
-    were written (a concurrent run embedding the same messages may have written some first).
-
-    ``session_ids`` / ``cursors`` narrow the messages (cursors only make sense with one
-    session). ``replace`` re-embeds messages that already have a vector (each batch's old
-    vectors are swapped for new ones in one transaction). Work goes in batches of
-    ``batch_size`` messages, each committed on its own, so an interrupted run loses at most one
-    batch and the next run continues with what is still missing. ``limit`` stops after that
-    many messages were looked at; ``progress(n)`` is called after each batch. Messages the
-    ``SHOULD_RECALL`` hook declines (no text, bare acknowledgements) are skipped.
-    """
-    embedder = embedder or get_embedder()
-    batch_size = int(batch_size or memory_settings.EMBED_BATCH_SIZE)
-    hook = should_recall()
-    qs = _pending(embedder.name, session_ids=session_ids, cursors=cursors, replace=replace)
-    using = router.db_for_write(Embedding)
-    index_checked = False
-    stored = seen = 0
-    last_id = 0
-    while limit is None or seen < limit:
-        take = batch_size if limit is None else min(batch_size, limit - seen)
-        batch = list(qs.filter(id__gt=last_id).order_by("id").values_list(*_EMBED_FIELDS)[:take])
-        if not batch:
-            break
-        last_id = batch[-1][0]
-        seen += len(batch)
-        # Embed the plaintext: with encryption at rest the column holds ciphertext.
-        batch = [(*row[:5], decrypt_text(row[5] or ""), *row[6:]) for row in batch]
-        wanted = [
-            row for row in batch
-            if hook.for_message(StoredMessage(cursor=row[3], role=row[4], content=row[5] or "",
-                                              remember=row[6], id=row[0]))
-        ]
-        if wanted:
-            vectors = embedder.embed([row[5] or "" for row in wanted])
-            dims = len(vectors[0])
-            if not index_checked:
-                ensure_hnsw_index(embedder.name, dims, using=using)
-                index_checked = True
-            objs = [
-                Embedding(message_id=row[0], session_id=row[1], owner_id=row[2],
-                          model=embedder.name, dimensions=dims, vector=vector)
-                for row, vector in zip(wanted, vectors, strict=True)
-            ]
-            with transaction.atomic(using=using):
-                if replace:
-                    Embedding.objects.filter(message_id__in=[r[0] for r in wanted],
-                                             model=embedder.name).delete()
-                created = Embedding.objects.bulk_create(objs, ignore_conflicts=True)
-            stored += len(created)
-        if progress:
-            progress(len(batch))
-    return stored
-
-
-# -- on append ------------------------------------------------------------------------------------
-
-def on_messages_appended(sender, session_id, messages: list[StoredMessage], **kwargs) -> None:
-    """Receiver of ``signals.messages_appended``: promote important messages, schedule embedding.
-
-    Runs inside the append's transaction. Messages scoring at least ``IMPORTANCE_THRESHOLD`` get
-    ``remember=True`` in the same transaction. Embedding is enqueued with
-    ``transaction.on_commit``: one ``embed_messages`` task per append, after the append commits
-    (a rolled-back append embeds nothing), for every new message with ``EMBED_ON_APPEND`` and
-    for remembered messages always. ``robust=True``: an unreachable broker is logged, it never
-    fails an append that has already committed; ``memory_embed`` catches up later.
-    """
-    if not messages:
-        return
-    using = router.db_for_write(Message)
-    threshold = memory_settings.IMPORTANCE_THRESHOLD
-    promoted: list[int] = []
-    if threshold is not None:
-        scorer = importance_scorer()
-        promoted = [i for i, m in enumerate(messages) if not m.remember and scorer.score(m) >= threshold]
-    if promoted:
-        connection = connections[using]
-        try:
-            with transaction.atomic(using=using):
-                Message.objects.filter(session_id=session_id,
-                                       seq__in=[messages[i].cursor for i in promoted]).update(remember=True)
-        except DatabaseError:
-            if connection.in_atomic_block:
-                raise  # the caller's transaction is broken anyway: let it roll back whole
-            # The append itself has committed: failing now would make the caller retry it.
-            logger.exception("could not mark important messages of session %s as remembered", session_id)
-            promoted = []
-        for i in promoted:
-            # The list is what append() returns: let the caller see the stored flag.
-            messages[i] = dataclasses.replace(messages[i], remember=True)
-    hook = should_recall()
-    embed_all = memory_settings.EMBED_ON_APPEND
-    cursors = [m.cursor for m in messages if (embed_all or m.remember) and hook.for_message(m)]
-    if cursors:
-        session_key = str(session_id)
-
-        def enqueue_embedding() -> None:
-            from .tasks import embed_messages as task
-
-            if task.app.conf.task_always_eager:
-                # Same run as delay() without a broker, minus delay()'s process-wide "join would
-                # block" flag, which appends in concurrent threads can leave set for good.
-                task.apply(args=(session_key, cursors))
-            else:
-                task.delay(session_key, cursors)
-
-        transaction.on_commit(enqueue_embedding, using=using, robust=True)
-
-
-# ================================================================================================
-# Searching
-# ================================================================================================
-
-def _check_search_args(query: Any, limit: Any, scope: Any, roles: Any, mode: Any) -> tuple:
-    if not isinstance(query, str) or not query.strip():
-        raise InvalidSearch("query", "must be a non-empty string")
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
-        raise InvalidSearch("limit", "must be an integer from 1 to 1000")
-    scope, roles, mode = _check_search_filters(scope, roles, mode)
-    return query, limit, scope, roles, mode
-
-
-def _check_search_filters(scope: Any, roles: Any, mode: Any) -> tuple:
-    if scope not in SCOPES:
-        raise InvalidSearch("scope", f"must be one of {', '.join(SCOPES)}")
-    mode = mode or memory_settings.SEARCH_MODE
-    if mode not in MODES:
-        raise InvalidSearch("mode", f"must be one of {', '.join(MODES)}")
-    if roles is not None:
-        if isinstance(roles, str) or not isinstance(roles, Iterable):
-            raise InvalidSearch("roles", "must be a list of roles")
-        roles = list(roles)
-        bad = [r for r in roles if r not in Role.values]
-        if bad or not roles:
-            raise InvalidSearch("roles", f"must be a non-empty list of {', '.join(Role.values)}")
-    return scope, roles, mode
 
 
 def search(
@@ -360,7 +64,7 @@ def search(
     sessions search the other ownerless ones). ``roles`` keeps only messages of those roles.
     Vector search only sees messages already embedded by the configured embedder.
     """
-    query, limit, scope, roles, mode = _check_search_args(query, limit, scope, roles, mode)
+    query, limit, scope, roles, mode = check_search(query, limit, scope, roles, mode)
     using = router.db_for_read(Message)
     rankings: dict[str, list[tuple[int, uuid.UUID, float]]] = {}
     depth = limit if mode != "hybrid" else max(limit, int(memory_settings.HYBRID_CANDIDATES))
@@ -445,7 +149,7 @@ def _vector_ranking(session: Session, vector: list[float], model_name: str, limi
         # relaxed_order may return rows slightly out of order, hence the outer ORDER BY.
         sql = (f"WITH hits AS MATERIALIZED ("
                f"SELECT e.message_id, e.session_id, {distance} AS distance "
-               f"FROM {emb} e {join} WHERE e.model = {_sql_literal(model_name)} AND {owner_sql} "
+               f"FROM {emb} e {join} WHERE e.model = {sql_literal(model_name)} AND {owner_sql} "
                f"{role_sql} ORDER BY {distance} LIMIT %s) "
                f"SELECT message_id, session_id, distance FROM hits ORDER BY distance")
         params = [literal, *owner_params, *role_params, literal, limit]
@@ -508,7 +212,7 @@ def _fulltext_ranking(session: Session, query: str, limit: int, scope: str, role
         return _fulltext_ranking_python(session, query, limit, scope, roles, using)
     msg = connection.ops.quote_name(Message._meta.db_table)
     ses = connection.ops.quote_name(Session._meta.db_table)
-    config = _sql_literal(FULLTEXT_CONFIG)
+    config = sql_literal(FULLTEXT_CONFIG)
     # The exact expression of the GIN index (migration 0002).
     document = f"to_tsvector({config}::regconfig, m.content)"
     where, params = [], []
@@ -609,7 +313,7 @@ def _normal_text(text: str) -> str:
 
 
 def recall_context(
-    mem: SessionMemory,
+    session: Session,
     query: str | None,
     *,
     max_tokens: int | None = None,
@@ -620,7 +324,7 @@ def recall_context(
     mode: str | None = None,
     roles: Sequence[str] | None = None,
 ) -> RecallWindow:
-    """``mem.window()`` plus up to ``recall_k`` recalled older messages, within ``max_tokens``.
+    """``windows.window()`` plus up to ``recall_k`` recalled older messages, within ``max_tokens``.
 
     The recalled messages are search results for ``query`` that are not in the window (by
     cursor, and by text: no message appears twice), put in ONE system message labelled as
@@ -629,21 +333,22 @@ def recall_context(
     block does not use. Recall is skipped (a plain window) when ``query`` is empty or the
     ``SHOULD_RECALL`` hook declines it.
     """
-    if isinstance(recall_k, bool) or not isinstance(recall_k, int) or recall_k < 0:
-        raise InvalidSearch("recall_k", "must be a non-negative integer")
+    recall_k = check_recall_k(recall_k)
+    if max_tokens is not None:
+        max_tokens = check_count(max_tokens, "max_tokens")
     roles = list(memory_settings.RECALL_ROLES) if roles is None else roles
     # Checked even when recall is skipped: bad arguments fail the same way whatever the query.
-    _check_search_filters(scope, roles, mode)
+    check_search_filters(scope, roles, mode)
     wanted = bool(recall_k) and isinstance(query, str) and bool(query.strip()) \
         and should_recall().for_query(query)
     share = float(memory_settings.RECALL_TOKEN_SHARE)
     reserve = None if max_tokens is None else int(max_tokens * share)
-    first = mem.window(max_messages, None if max_tokens is None else max_tokens - (reserve if wanted else 0),
+    first = windows.window(session.pk, max_messages, None if max_tokens is None else max_tokens - (reserve if wanted else 0),
                        model=model)
     if not wanted:
         return RecallWindow(**_fields(first))
 
-    candidates = search(mem.session, query, limit=min(1000, recall_k + len(first.messages) + 5),
+    candidates = search(session, query, limit=min(1000, recall_k + len(first.messages) + 5),
                         scope=scope, roles=roles, mode=mode)
     encoding = encoding_name_for_model(model)
 
@@ -657,9 +362,9 @@ def recall_context(
             if len(chosen) >= recall_k:
                 break
             text = _normal_text(result.message.content)
-            if (result.session_id == mem.id and result.cursor in in_window) or not text or text in seen_texts:
+            if (result.session_id == session.pk and result.cursor in in_window) or not text or text in seen_texts:
                 continue
-            trial = recall_message([*chosen, result], session_id=mem.id, session_keys=keys)
+            trial = recall_message([*chosen, result], session_id=session.pk, session_keys=keys)
             trial_cost = count_message(trial, encoding)
             if budget is not None and trial_cost > budget:
                 continue  # a shorter one further down may still fit
@@ -671,22 +376,22 @@ def recall_context(
     keys = dict(Session.objects.filter(pk__in={r.session_id for r in candidates}).values_list("pk", "key"))
     chosen, block, cost = pick(first, reserve)
     if block is None:
-        window = mem.window(max_messages, max_tokens, model=model)
+        window = windows.window(session.pk, max_messages, max_tokens, model=model)
         chosen, block, cost = pick(window, reserve)
         if block is None:
             return RecallWindow(**_fields(window))
     else:
         # The window may take what the block left unused; then drop recalled ones it now holds.
-        window = mem.window(max_messages, None if max_tokens is None else max_tokens - cost, model=model)
+        window = windows.window(session.pk, max_messages, None if max_tokens is None else max_tokens - cost, model=model)
         in_window = {c for c in window.cursors if c is not None}
         texts = {_normal_text(m.get("content")) for m in window.messages if isinstance(m.get("content"), str)}
-        kept = [r for r in chosen if not (r.session_id == mem.id and r.cursor in in_window)
+        kept = [r for r in chosen if not (r.session_id == session.pk and r.cursor in in_window)
                 and _normal_text(r.message.content) not in texts]
         if len(kept) != len(chosen):
             chosen = kept
             if not chosen:
                 return RecallWindow(**_fields(window))
-            block = recall_message(chosen, session_id=mem.id, session_keys=keys)
+            block = recall_message(chosen, session_id=session.pk, session_keys=keys)
             cost = count_message(block, encoding)
 
     messages, cursors = list(window.messages), list(window.cursors)

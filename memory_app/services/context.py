@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .conf import memory_settings
-from .types import SnapshotView, StoredMessage, Window
+from ..conf import memory_settings
+from ..types import SnapshotView, StoredMessage, Window
 
 SUMMARY_PREFIX = "Summary of the earlier conversation:\n"
 

@@ -1,0 +1,240 @@
+"""The one way to schedule background work (summaries, embedding), used by the facade, the
+append signal's receivers, the admin, the API and the sweeps alike.
+
+With a broker configured, work is published as a Celery task (``memory_app.tasks``, found by
+name in the Celery app's registry, so this layer never imports the tasks module above it).
+Publishing fails fast when the broker is away (one connection attempt), and a failure is
+reported, never raised at the caller unless asked: the sweeps (``memory_summarize
+--over-threshold``, ``memory_embed``) catch up later. With no broker (``CELERY_TASK_ALWAYS_EAGER``,
+or Celery not installed) the same work runs inline, now, in this process.
+
+Summaries are scheduled at most once per session at a time: a Redis ``SET NX EX`` lock keyed by
+session, released when the task ends (and expiring after ``SUMMARIZE_LOCK_SECONDS`` if it is
+lost); inline runs take a process-local lock instead. Each call answers a ``Scheduled``: queued,
+ran (inline), pending (one is already queued or running), or failed.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from contextlib import contextmanager
+from typing import Any
+
+from ..conf import memory_settings
+from ..exceptions import SessionNotFound, SnapshotConflict, SummarizerError
+from ..models import Session
+from ..store import snapshots
+from ..types import Scheduled
+from . import compaction, embedding
+
+logger = logging.getLogger(__name__)
+
+SUMMARIZE_TASK = "memory_app.summarize_session"
+EMBED_TASK = "memory_app.embed_messages"
+REEMBED_TASK = "memory_app.embed_session"
+
+
+# ---- what the tasks (and inline runs) do ---------------------------------------------------------
+def run_summary(session_id, *, keep_recent: int | None = None, task_id: str | None = None) -> dict | None:
+    """Compact one session, keyed by ``task_id`` (a redelivered task saves nothing twice).
+    ``{"version", "upto", "partial"}`` of the snapshot saved, or ``None`` (nothing to cover, or
+    the session is gone). Raises ``SummarizerError`` / ``SnapshotConflict`` for a retry."""
+    try:
+        snapshot = compaction.compact(session_id, keep_recent=keep_recent, idempotency_key=task_id)
+    except SessionNotFound:
+        logger.info("summarize: session %s no longer exists", session_id)
+        return None
+    if snapshot is None:
+        return None
+    return {"version": snapshot.version, "upto": snapshot.upto,
+            "partial": bool(snapshot.metadata.get("partial"))}
+
+
+def run_embedding(session_id, *, cursors: list[int] | None = None, reembed: bool = False) -> int:
+    """Embed a session's messages (only ``cursors`` when given; all again with ``reembed``)."""
+    if not Session.objects.filter(pk=session_id).exists():
+        return 0  # deleted since: nothing to do
+    return embedding.embed_messages(session_ids=[session_id], cursors=cursors, replace=reembed)
+
+
+# ---- the broker ----------------------------------------------------------------------------------
+def _celery():
+    """The Celery app, or ``None`` when Celery is not installed (then everything runs inline)."""
+    try:
+        from celery import current_app
+    except ImportError:
+        return None
+    return current_app
+
+
+def inline() -> bool:
+    """Whether background work runs now, in this process (no broker configured)."""
+    app = _celery()
+    return app is None or bool(app.conf.task_always_eager)
+
+
+def _publish(name: str, *, args: list, kwargs: dict, task_id: str) -> None:
+    app = _celery()
+    task = app.tasks[name]
+    # Fail fast rather than hold up the request that appended while the broker is away (by
+    # default kombu keeps reconnecting for seconds).
+    with app.pool.acquire(block=True) as connection:
+        connection.ensure_connection(max_retries=1, interval_start=0)
+        task.apply_async(args=args, kwargs=kwargs, task_id=task_id, connection=connection, retry=False)
+
+
+# ---- the summarize lock --------------------------------------------------------------------------
+_RELEASE_SCRIPT = """
+if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) end
+return 0
+"""
+_redis_clients: dict[str, Any] = {}
+_local_runs: set[str] = set()
+_local_runs_lock = threading.Lock()
+
+
+def lock_key(session_id) -> str:
+    return f"{memory_settings.SUMMARIZE_LOCK_PREFIX}{session_id}"
+
+
+def _lock_redis():
+    """A Redis client for the summarize lock, or ``None`` when no Redis is configured."""
+    url = memory_settings.SUMMARIZE_LOCK_URL
+    if not url:
+        app = _celery()
+        broker = (app.conf.broker_url or "") if app is not None else ""
+        url = broker if broker.startswith(("redis://", "rediss://", "unix://")) else None
+    if not url:
+        return None
+    client = _redis_clients.get(url)
+    if client is None:
+        import redis
+
+        # Short timeouts: an unreachable Redis must not hold up the request that appended.
+        client = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=2)
+        _redis_clients[url] = client
+    return client
+
+
+@contextmanager
+def _local_run(session_id):
+    """Inline runs: one summary per session at a time in this process."""
+    key = str(session_id)
+    with _local_runs_lock:
+        acquired = key not in _local_runs
+        if acquired:
+            _local_runs.add(key)
+    try:
+        yield acquired
+    finally:
+        if acquired:
+            with _local_runs_lock:
+                _local_runs.discard(key)
+
+
+def release_summary_lock(session_id, task_id: str) -> None:
+    """Release the session's lock if ``task_id`` holds it (called when the task ends)."""
+    if not session_id or inline():
+        return
+    try:
+        client = _lock_redis()
+        if client is not None:
+            client.eval(_RELEASE_SCRIPT, 1, lock_key(session_id), task_id)
+    except Exception:
+        # The lock expires on its own after SUMMARIZE_LOCK_SECONDS.
+        logger.warning("could not release the summarize lock of session %s", session_id, exc_info=True)
+
+
+# ---- scheduling ----------------------------------------------------------------------------------
+def schedule_summary(session_id, *, keep_recent: int | None = None,
+                     fail_silently: bool = True) -> Scheduled:
+    """Summarize the session in the background, unless a run is already queued or running.
+
+    Failures (Redis, the broker, an inline summarizer error) are logged and reported as
+    ``Scheduled("failed")``, never raised, unless ``fail_silently=False``.
+    """
+    task_id = str(uuid.uuid4())
+    if inline():
+        with _local_run(session_id) as acquired:
+            if not acquired:
+                return Scheduled("pending")
+            try:
+                result = run_summary(session_id, keep_recent=keep_recent, task_id=task_id)
+            except (SummarizerError, SnapshotConflict) as err:
+                if not fail_silently:
+                    raise
+                # Nobody would retry an inline run later: log it; the sweep tries again.
+                logger.exception("inline summarization of session %s failed", session_id)
+                return Scheduled("failed", task_id, error=str(err))
+        return Scheduled("ran", task_id, result=result)
+    kwargs = {} if keep_recent is None else {"keep_recent": keep_recent}
+    try:
+        client = _lock_redis()
+        if client is not None and not client.set(lock_key(session_id), task_id, nx=True,
+                                                 ex=memory_settings.SUMMARIZE_LOCK_SECONDS):
+            return Scheduled("pending")
+    except Exception as err:
+        if not fail_silently:
+            raise
+        logger.warning("could not take the summarize lock of session %s; the over-threshold "
+                       "sweep will enqueue it later", session_id, exc_info=True)
+        return Scheduled("failed", error=str(err))
+    try:
+        _publish(SUMMARIZE_TASK, args=[str(session_id)], kwargs=kwargs, task_id=task_id)
+    except Exception as err:
+        release_summary_lock(session_id, task_id)
+        if not fail_silently:
+            raise
+        logger.warning("could not enqueue summarization of session %s; the over-threshold "
+                       "sweep will enqueue it later", session_id, exc_info=True)
+        return Scheduled("failed", error=str(err))
+    return Scheduled("queued", task_id)
+
+
+def schedule_embedding(session_id, *, cursors: list[int] | None = None, reembed: bool = False,
+                       fail_silently: bool = True) -> Scheduled:
+    """Embed the session's messages at ``cursors`` (all missing ones when ``None``; all again
+    with ``reembed``) in the background. A failure leaves them for ``memory_embed``."""
+    task_id = str(uuid.uuid4())
+    try:
+        if inline():
+            return Scheduled("ran", task_id,
+                             result=run_embedding(session_id, cursors=cursors, reembed=reembed))
+        if reembed or cursors is None:
+            _publish(REEMBED_TASK, args=[str(session_id)], kwargs={"reembed": reembed}, task_id=task_id)
+        else:
+            _publish(EMBED_TASK, args=[str(session_id), list(cursors)], kwargs={}, task_id=task_id)
+    except Exception as err:
+        if not fail_silently:
+            raise
+        logger.warning("could not embed messages of session %s; memory_embed will catch up",
+                       session_id, exc_info=True)
+        return Scheduled("failed", task_id, error=str(err))
+    return Scheduled("queued", task_id)
+
+
+# ---- the threshold -------------------------------------------------------------------------------
+def needs_summary(session_id, *, threshold: int | None = None) -> bool:
+    """Whether the session is over the token threshold with messages beyond ``keep_recent``."""
+    if threshold is None:
+        threshold = memory_settings.SUMMARIZE_THRESHOLD_TOKENS
+    if threshold is None:
+        return False
+    row = Session.objects.filter(pk=session_id).values_list("tokens_since_snapshot", "next_seq").first()
+    if row is None or row[0] <= threshold:
+        return False
+    _tokens, next_seq = row
+    # Without more than keep_recent messages after the snapshot a run would cover nothing.
+    return (next_seq - 1) - snapshots.latest_upto(session_id) > memory_settings.SUMMARIZE_KEEP_RECENT
+
+
+def summarize_if_needed(session_id) -> Scheduled | None:
+    """Schedule summarization of a session over the threshold; never raises."""
+    try:
+        if needs_summary(session_id):
+            return schedule_summary(session_id)
+    except Exception:
+        logger.exception("summarization check of session %s failed", session_id)
+    return None
