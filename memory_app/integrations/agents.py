@@ -20,18 +20,23 @@ Messages stored by other means (the API, ``Conversation``) are turned into SDK i
 
 ``pop_item`` deletes the newest message (``SessionMemory.pop_last``); its cursor is never handed
 out again, so the log has a gap where it was.
+
+A cancelled ``add_items``, ``pop_item`` or ``clear_session`` stays pending until its write has
+finished, then raises ``CancelledError``, as the SDK's own stores do: once the task is done the
+write is either fully there or absent. Unknown ``session_settings`` keys raise ``TypeError``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from collections.abc import Mapping
 from typing import Any
-
-from asgiref.sync import sync_to_async
 
 from ..exceptions import InvalidMessage
 from ..memory import Memory, SessionMemory
 from ..types import StoredMessage
+from ._writes import run_write
 
 try:
     import agents.memory as _sdk_memory
@@ -41,10 +46,43 @@ except ImportError as err:  # pragma: no cover - depends on the installed extras
         "pip install 'django-memory-app[agents]'"
     ) from err
 
+
+@dataclasses.dataclass(frozen=True)
+class _Settings:
+    """Stands in for ``SessionSettings`` on SDK versions older than it (they never read it)."""
+
+    limit: int | None = None
+
+
 # Session settings (a default ``limit``) came with later SDK versions; older ones work without.
-SessionSettings: Any = getattr(_sdk_memory, "SessionSettings", None)
+SessionSettings: Any = getattr(_sdk_memory, "SessionSettings", None) or _Settings
 
 __all__ = ["ITEM_KEY", "MemorySession", "item_to_message", "message_to_items"]
+
+
+def _settings_fields() -> set[str]:
+    if dataclasses.is_dataclass(SessionSettings):  # pydantic dataclasses are dataclasses too
+        return {f.name for f in dataclasses.fields(SessionSettings) if f.init}
+    return set(getattr(SessionSettings, "model_fields", None) or {"limit"})
+
+
+def session_settings_from(value: Any) -> Any:
+    """A ``SessionSettings`` for ``value`` (one, a dict of its fields, or ``None``).
+
+    Unknown keys raise ``TypeError("Unknown session settings: ...")`` as the SDK's own stores
+    do, on every SDK version: some versions would otherwise drop them silently.
+    """
+    if value is None:
+        return SessionSettings()
+    if isinstance(value, Mapping):
+        unknown = sorted(str(name) for name in value if name not in _settings_fields())
+        if unknown:
+            raise TypeError(f"Unknown session settings: {', '.join(unknown)}")
+        return SessionSettings(**value)
+    if isinstance(value, SessionSettings):
+        return value
+    raise TypeError(f"session_settings must be a {SessionSettings.__name__} instance or a dict, "
+                    f"got {type(value).__name__}")
 
 #: Key of the message metadata that holds the SDK item.
 ITEM_KEY = "agents_item"
@@ -123,12 +161,19 @@ def message_to_items(message: StoredMessage) -> list[dict[str, Any]]:
                 item[field] = message.content
         return [item]
     # A message not written by the SDK: map the chat message to the closest items.
-    if message.role == "tool":
-        return [{"type": "function_call_output", "call_id": message.tool_call_id, "output": message.content}]
+    return chat_message_to_items({"role": message.role, "content": message.content,
+                                  "tool_calls": message.tool_calls, "tool_call_id": message.tool_call_id})
+
+
+def chat_message_to_items(message: dict[str, Any]) -> list[dict[str, Any]]:
+    """The SDK items closest to an OpenAI chat message (a window's summary, a stored message)."""
+    if message["role"] == "tool":
+        return [{"type": "function_call_output", "call_id": message["tool_call_id"],
+                 "output": _text_of(message.get("content"))}]
     items: list[dict[str, Any]] = []
-    if message.content or not message.tool_calls:
-        items.append({"role": message.role, "content": message.content})
-    for call in message.tool_calls or ():
+    if message.get("content") or not message.get("tool_calls"):
+        items.append({"role": message["role"], "content": _text_of(message.get("content"))})
+    for call in message.get("tool_calls") or ():
         function = call.get("function", {})
         items.append({"type": "function_call", "call_id": call["id"], "name": function.get("name", ""),
                       "arguments": function.get("arguments", "")})
@@ -145,34 +190,45 @@ class MemorySession:
     def __init__(self, memory: SessionMemory, session_settings: Any = None) -> None:
         self.memory = memory
         self.session_id: str = str(memory.id)
-        if isinstance(session_settings, dict):
-            session_settings = SessionSettings(**session_settings)
-        elif session_settings is None and SessionSettings is not None:
-            session_settings = SessionSettings()
-        self.session_settings = session_settings
+        self.session_settings = session_settings_from(session_settings)
 
     @classmethod
     def open(cls, key: str, *, owner=None, namespace: str | None = None,
              session_settings: Any = None, **options: Any) -> MemorySession:
-        """The session ``key`` of ``owner`` in ``namespace`` (created when missing), as an SDK session."""
-        return cls(Memory.session(key, owner=owner, namespace=namespace, **options), session_settings)
+        """The session ``key`` of ``owner`` in ``namespace`` (created when missing), as an SDK session.
+
+        ``options`` other than ``Memory.session``'s go to the class (``CompactingMemorySession``).
+        """
+        settings = session_settings_from(session_settings)  # bad settings create no session
+        opened, own = cls._split_options(options)
+        return cls(Memory.session(key, owner=owner, namespace=namespace, **opened), settings, **own)
 
     @classmethod
     async def aopen(cls, key: str, *, owner=None, namespace: str | None = None,
                     session_settings: Any = None, **options: Any) -> MemorySession:
-        memory = await sync_to_async(Memory.session)(key, owner=owner, namespace=namespace, **options)
-        return cls(memory, session_settings)
+        settings = session_settings_from(session_settings)
+        opened, own = cls._split_options(options)
+        memory = await run_write(Memory.session, key, owner=owner, namespace=namespace, **opened)
+        return cls(memory, settings, **own)
+
+    @classmethod
+    def _split_options(cls, options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        return options, {}
 
     def __repr__(self) -> str:
-        return f"<MemorySession {self.memory!r}>"
+        return f"<{type(self).__name__} {self.memory!r}>"
+
+    def _limit(self, limit: int | None) -> int | None:
+        return self.session_settings.limit if limit is None else limit
 
     async def get_items(self, limit: int | None = None) -> list[dict[str, Any]]:
         """The history, oldest first; with ``limit``, only the newest ``limit`` items.
 
         As in the SDK's own SQLite session, ``limit=0`` gives nothing and a negative limit all.
         """
-        if limit is None and self.session_settings is not None:
-            limit = self.session_settings.limit
+        return await self._stored_items(self._limit(limit))
+
+    async def _stored_items(self, limit: int | None) -> list[dict[str, Any]]:
         if limit is not None and limit == 0:
             return []
         if limit is None or limit < 0:
@@ -186,7 +242,10 @@ class MemorySession:
         """Append the items, all or none, one message each."""
         if not items:
             return
-        await self.memory.aadd_many([item_to_message(item) for item in items])
+        await run_write(self._add, [item_to_message(item) for item in items])
+
+    def _add(self, messages: list[dict[str, Any]]) -> None:
+        self.memory.add_many(messages)
 
     async def pop_item(self) -> dict[str, Any] | None:
         """Remove the newest item and return it (``None`` when empty); its cursor is not reused.
@@ -194,9 +253,9 @@ class MemorySession:
         A message not written by the SDK that stands for several items (an assistant reply with
         tool calls) is removed whole; its last item is returned.
         """
-        popped = await self.memory.apop_last()
+        popped = await run_write(self.memory.pop_last)
         return message_to_items(popped)[-1] if popped is not None else None
 
     async def clear_session(self) -> None:
         """Remove every item (and the session's snapshots and metadata); cursors are not reused."""
-        await self.memory.aclear()
+        await run_write(self.memory.clear)
