@@ -24,16 +24,22 @@ out again, so the log has a gap where it was.
 A cancelled ``add_items``, ``pop_item`` or ``clear_session`` stays pending until its write has
 finished, then raises ``CancelledError``, as the SDK's own stores do: once the task is done the
 write is either fully there or absent. Unknown ``session_settings`` keys raise ``TypeError``.
+
+``CompactingMemorySession`` is the same store for long conversations: ``get_items`` hands the
+model the latest snapshot's summary and the newest items after it, within a budget, and the
+part that no longer fits is folded into the summary by the store's compaction (the
+``summarize_session`` task): the SDK's ``OpenAIResponsesCompactionSession`` design, for any model.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from collections.abc import Mapping
 from typing import Any
 
-from ..exceptions import InvalidMessage
+from ..exceptions import InvalidCursor, InvalidMessage
 from ..memory import Memory, SessionMemory
 from ..types import StoredMessage
 from ._writes import run_write
@@ -57,7 +63,9 @@ class _Settings:
 # Session settings (a default ``limit``) came with later SDK versions; older ones work without.
 SessionSettings: Any = getattr(_sdk_memory, "SessionSettings", None) or _Settings
 
-__all__ = ["ITEM_KEY", "MemorySession", "item_to_message", "message_to_items"]
+logger = logging.getLogger(__name__)
+
+__all__ = ["ITEM_KEY", "CompactingMemorySession", "MemorySession", "item_to_message", "message_to_items"]
 
 
 def _settings_fields() -> set[str]:
@@ -259,3 +267,111 @@ class MemorySession:
     async def clear_session(self) -> None:
         """Remove every item (and the session's snapshots and metadata); cursors are not reused."""
         await run_write(self.memory.clear)
+
+
+class CompactingMemorySession(MemorySession):
+    """A ``MemorySession`` whose history handed to the model is bounded by the store's snapshots.
+
+        session = await CompactingMemorySession.aopen("chat-42", owner=user, max_tokens=4000)
+        await Runner.run(agent, "Hi", session=session)
+
+    ``get_items()`` (what the ``Runner`` sends the model) is the session's context window: the
+    latest snapshot's summary first, as a user message item, then the newest items after the
+    snapshot within ``max_tokens`` / ``max_messages`` (whole tool calls with their results;
+    system and developer items are always kept). Every item stays in the log, so the admin,
+    the API and exports see the whole conversation until compaction prunes it.
+
+    After each ``add_items``, when items after the snapshot no longer fit the budget, the
+    session is compacted by the store (``SessionMemory.summarize_async``: the
+    ``summarize_session`` task, run inline when no broker is configured): everything but the
+    newest ``keep_recent`` messages (default ``SUMMARIZE_KEEP_RECENT``) is folded into the
+    summary, by compare-and-swap. ``run_compaction()`` (the SDK's compaction hook, called by
+    the ``Runner`` after Responses API turns) does the same check; ``{"force": True}``
+    compacts now whatever the budget.
+
+    ``get_items(limit)`` with an explicit ``limit`` reads the log's newest ``limit`` items, as
+    the protocol asks: the SDK reads the tail that way to check its own writes. A
+    ``session_settings`` limit is such a limit too, so leave it unset here.
+    """
+
+    _OWN_OPTIONS = ("max_tokens", "max_messages", "model", "keep_recent")
+
+    def __init__(self, memory: SessionMemory, session_settings: Any = None, *,
+                 max_tokens: int | None = None, max_messages: int | None = None,
+                 model: str | None = None, keep_recent: int | None = None) -> None:
+        super().__init__(memory, session_settings)
+        for name, value in (("max_tokens", max_tokens), ("max_messages", max_messages),
+                            ("keep_recent", keep_recent)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise ValueError(f"{name} must be a non-negative integer or None, not {value!r}")
+        self.max_tokens = max_tokens
+        self.max_messages = max_messages
+        self.model = model
+        self.keep_recent = keep_recent
+
+    @classmethod
+    def _split_options(cls, options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        own = {k: options[k] for k in cls._OWN_OPTIONS if k in options}
+        return {k: v for k, v in options.items() if k not in own}, own
+
+    async def get_items(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """The window (summary first, then the newest items that fit); with ``limit``, the log's tail."""
+        limit = self._limit(limit)
+        if limit is not None:
+            return await self._stored_items(limit)
+        return await run_write(self._window_items)  # a read, but one consistent thread hop
+
+    def _window_items(self) -> list[dict[str, Any]]:
+        window = self.memory.window(self.max_messages, self.max_tokens, model=self.model)
+        logged = {c for c in window.cursors if c is not None}
+        stored: dict[int, StoredMessage] = {}
+        if window.first_cursor is not None:
+            stored.update((m.cursor, m) for m in self.memory.messages(after=window.first_cursor - 1)
+                          if m.cursor in logged)
+        for cursor in logged - stored.keys():  # system messages before the tail (few)
+            try:
+                stored[cursor] = self.memory.get_message(cursor)
+            except InvalidCursor:
+                pass  # popped or cleared since the window was read
+        items: list[dict[str, Any]] = []
+        for message, cursor in zip(window.messages, window.cursors, strict=True):
+            if cursor is None:  # the summary and the snapshot's pinned messages
+                items.extend(chat_message_to_items(message))
+            elif cursor in stored:
+                items.extend(message_to_items(stored[cursor]))
+        return items
+
+    def _add(self, messages: list[dict[str, Any]]) -> None:
+        super()._add(messages)
+        try:
+            self._compact_if_needed(force=False)
+        except Exception:  # the items are stored: a failed request for compaction must not undo that
+            logger.exception("could not request compaction of session %s", self.session_id)
+
+    def _compact_if_needed(self, *, force: bool) -> str | None:
+        """Request compaction when items after the snapshot fall out of the window; the task id."""
+        if not force and not self._overflows():
+            return None
+        return self.memory.summarize_async(self.keep_recent)
+
+    def _overflows(self) -> bool:
+        """Whether a message after the latest snapshot is left out of the window."""
+        if self.max_tokens is None and self.max_messages is None:
+            return False  # no budget: the store's own threshold (SUMMARIZE_THRESHOLD_TOKENS) rules
+        snapshot = self.memory.latest_snapshot()
+        after = snapshot.upto if snapshot else None
+        while True:  # the oldest non-system message after the snapshot (system ones are always kept)
+            page = self.memory.messages(after=after, limit=16)
+            if not page:
+                return False
+            oldest = next((m for m in page if m.role != "system"), None)
+            if oldest is not None:
+                break
+            after = page[-1].cursor
+        window = self.memory.window(self.max_messages, self.max_tokens, model=self.model)
+        return window.first_cursor is None or oldest.cursor < window.first_cursor
+
+    async def run_compaction(self, args: Mapping[str, Any] | None = None) -> None:
+        """The SDK's compaction hook: compact if the window overflows, or now with ``force``."""
+        force = bool((args or {}).get("force"))
+        await run_write(self._compact_if_needed, force=force)
