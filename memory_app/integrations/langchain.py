@@ -35,6 +35,7 @@ from ..memory import Memory, SessionMemory
 from ..models import Message
 from ..types import StoredMessage
 from ..validation import ALLOWED_KEYS, PART_TYPES
+from ._writes import run_write
 
 try:
     from langchain_core.chat_history import BaseChatMessageHistory
@@ -196,11 +197,12 @@ class DjangoChatMessageHistory(BaseChatMessageHistory):
     async def aget_messages(self) -> list[BaseMessage]:
         return await sync_to_async(self._read)()
 
+    # A cancelled write stays pending until its outcome is known, then raises CancelledError.
     async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
-        await sync_to_async(self._add)(list(messages))
+        await run_write(self._add, list(messages))
 
     async def aclear(self) -> None:
-        await sync_to_async(lambda: self.memory.clear())()
+        await run_write(lambda: self.memory.clear())
 
     def _read(self) -> list[BaseMessage]:
         if self.max_tokens is None and self.max_messages is None:

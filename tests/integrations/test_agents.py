@@ -15,7 +15,7 @@ from openai import AsyncOpenAI  # noqa: E402
 
 from memory_app import Memory  # noqa: E402
 from memory_app.exceptions import InvalidMessage  # noqa: E402
-from memory_app.integrations.agents import MemorySession  # noqa: E402
+from memory_app.integrations.agents import CompactingMemorySession, MemorySession  # noqa: E402
 from tests.integrations.conftest import run_example  # noqa: E402
 from tests.openai_server import tool_call_reply  # noqa: E402
 
@@ -202,3 +202,116 @@ def test_a_second_process_resumes_the_conversation(openai_server):
          "provider_data": items[5]["provider_data"]},
     ]
     assert Memory.session("agents-demo", namespace="examples").count() == 6
+
+
+# ---- compaction through the store's snapshots ------------------------------------------------
+SUMMARY_START = "Summary of the earlier conversation:\n"
+
+
+@pytest.fixture
+def summarizing_server(openai_server, settings):
+    """The test server answers the agent as "Noted N." and the store's summarizer with a summary."""
+    settings.MEMORY_APP = {
+        "OPENAI": {"base_url": openai_server.base_url, "api_key": "test", "max_retries": 0, "timeout": 20},
+        "SUMMARIZER": "memory_app.providers.summarizers.OpenAISummarizer",
+        "SUMMARIZER_OPTIONS": {"model": "test-summarizer", "max_tokens": 200},
+        "SUMMARIZE_THRESHOLD_TOKENS": None,  # only the session's own budget asks for compaction
+    }
+    summaries = []
+
+    def answer(request):
+        if request["model"] == "test-summarizer":
+            summaries.append(f"Ada is planning a trip (summary {len(summaries) + 1}).")
+            return summaries[-1]
+        return f"Noted {len(openai_server.requests_to('/chat/completions'))}."
+
+    openai_server.chat_handler = answer
+    openai_server.summaries = summaries
+    return openai_server
+
+
+def agent_requests(server) -> list[list[dict]]:
+    return [r["body"]["messages"] for r in server.requests_to("/chat/completions")
+            if r["body"]["model"] == "fake-model"]
+
+
+def test_a_long_runner_conversation_is_summarized_and_the_model_input_stays_bounded(mem, summarizing_server):
+    session = CompactingMemorySession(mem, max_messages=6, keep_recent=2)
+    agent = Agent(name="a", instructions="Be brief.", model=sdk_model(summarizing_server))
+
+    async def conversation():  # one event loop for the agent's HTTP client
+        for turn in range(1, 13):
+            await Runner.run(agent, f"Turn {turn}: tell me about stop {turn}.", session=session)
+
+    async_to_sync(conversation)()
+
+    sent = agent_requests(summarizing_server)
+    assert len(sent) == 12
+    # Turns 1-4 see the whole history. Storing turn 4's input overflows the window (7 messages),
+    # so the store folds everything but the newest 2 messages into a summary before turn 5.
+    assert [len(m) for m in sent[:4]] == [2, 4, 6, 8]
+    assert sent[4][0] == {"role": "system", "content": "Be brief."}
+    assert sent[4][1] == {"role": "user", "content": SUMMARY_START + "Ada is planning a trip (summary 1)."}
+    assert [m["content"] for m in sent[4][2:]] == [
+        "Noted 3.", "Turn 4: tell me about stop 4.", "Noted 5.", "Turn 5: tell me about stop 5."]  # request 4 was the summary
+    # From then on every request is instructions + summary + at most 6 messages + the new input,
+    # however long the conversation grows, and starts with the latest summary.
+    for messages in sent[4:]:
+        assert len(messages) <= 1 + 1 + 6 + 1
+        assert messages[1]["content"].startswith(SUMMARY_START)
+    latest = summarizing_server.summaries[-1]
+    assert len(summarizing_server.summaries) > 1
+    assert sent[-1][1]["content"] == SUMMARY_START + latest
+    assert sent[-1][-1]["content"] == "Turn 12: tell me about stop 12."
+    # The summarizer updated the previous summary with the newly covered messages.
+    last_summarizer_request = [r["body"] for r in summarizing_server.requests_to("/chat/completions")
+                               if r["body"]["model"] == "test-summarizer"][-1]
+    assert "Current summary:\nAda is planning a trip" in last_summarizer_request["messages"][1]["content"]
+
+    # The log keeps every item (the admin and the API show the whole conversation) ...
+    assert mem.count() == 24
+    assert mem.latest_snapshot().version == len(summarizing_server.summaries)
+    # ... and the session hands the SDK the window: summary item first, items after it.
+    items = async_to_sync(session.get_items)()
+    assert items[0] == {"role": "user", "content": SUMMARY_START + latest}
+    assert len(items) <= 1 + 6
+    assert items[-1]["role"] == "assistant" and items[-1]["type"] == "message"
+    # An explicit limit reads the log's tail, as the SDK does to check its own writes.
+    assert async_to_sync(session.get_items)(2) == async_to_sync(MemorySession(mem).get_items)()[-2:]
+
+
+def test_run_compaction_forces_a_summary_and_a_token_budget_bounds_the_window(mem, summarizing_server):
+    session = CompactingMemorySession(mem, max_tokens=400, keep_recent=2)
+    items = [{"role": "user", "content": f"Message {n} " + "word " * 20} for n in range(1, 7)]
+    async_to_sync(session.add_items)(items)
+    assert async_to_sync(session.get_items)() == items  # within budget: nothing summarized
+    assert mem.latest_snapshot() is None
+
+    async_to_sync(session.run_compaction)({"force": True})
+    snapshot = mem.latest_snapshot()
+    assert snapshot.upto == mem.messages()[-3].cursor  # all but keep_recent=2
+    assert async_to_sync(session.get_items)() == [
+        {"role": "user", "content": SUMMARY_START + summarizing_server.summaries[-1]}, *items[-2:]]
+    assert mem.count() == 6  # nothing is lost from the log
+
+    # Without force, run_compaction (the Runner's hook) only compacts when the window overflows.
+    async_to_sync(session.run_compaction)({"response_id": "resp_1", "force": False})
+    assert mem.latest_snapshot().version == snapshot.version
+    more = [{"role": "user", "content": f"Later {n} " + "word " * 60} for n in range(1, 6)]
+    async_to_sync(session.add_items)(more)  # overflows 400 tokens: compacted after the append
+    assert mem.latest_snapshot().version == snapshot.version + 1
+    window = async_to_sync(session.get_items)()
+    assert window[0]["content"].startswith(SUMMARY_START) and window[1:] == more[-2:]
+    assert mem.window(max_tokens=400).budget_tokens <= 400
+
+
+def test_compacting_session_options_are_checked(mem):
+    with pytest.raises(ValueError, match="max_tokens must be a non-negative integer"):
+        CompactingMemorySession(mem, max_tokens=-1)
+    with pytest.raises(ValueError, match="keep_recent"):
+        CompactingMemorySession(mem, keep_recent="2")
+    with pytest.raises(TypeError, match="^Unknown session settings: limitt$"):
+        CompactingMemorySession.open("other", session_settings={"limitt": 1}, max_messages=4)
+    opened = CompactingMemorySession.open(mem.key, owner=mem.session.owner, namespace=mem.namespace,
+                                          max_messages=4, keep_recent=1)
+    assert (opened.max_messages, opened.keep_recent, opened.memory.id) == (4, 1, mem.id)

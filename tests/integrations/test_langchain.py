@@ -28,6 +28,7 @@ from memory_app import Memory  # noqa: E402
 from memory_app.exceptions import InvalidMessage  # noqa: E402
 from memory_app.integrations.langchain import DjangoChatMessageHistory  # noqa: E402
 from tests.conftest import tool_turn  # noqa: E402
+from tests.integrations.conftest import RowLock, cancel_in_flight  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::langchain_core._api.deprecation.LangChainDeprecationWarning")
 
@@ -194,3 +195,35 @@ def test_runnable_with_message_history_async_over_the_openai_sdk(db, user, opena
                               {"role": "user", "content": "Who am I?"}]
     history = DjangoChatMessageHistory("chat-2", owner=user, namespace="lc").messages
     assert history[1] == AIMessage(content="Hello Ada.", id="chatcmpl-fake", response_metadata={"model_name": "fake-model"})
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("succeed", [True, False], ids=["write-lands", "write-fails"])
+def test_a_cancelled_async_add_waits_for_its_outcome(succeed):
+    """A cancelled ``aadd_messages`` raises ``CancelledError`` only once its write has ended."""
+    history = DjangoChatMessageHistory(Memory.session("lc-cancel", namespace="tests"))
+    history.add_messages([HumanMessage(content="first")])
+    new = [HumanMessage(content="second"), AIMessage(content="third")]
+
+    async def scenario():
+        pending = await cancel_in_flight(lambda: history.aadd_messages(new), RowLock(history.memory.id),
+                                         succeed=succeed)
+        return pending, [m.content for m in await history.aget_messages()]
+
+    pending, contents = async_to_sync(scenario)()
+    assert pending, "the cancelled task was done while its write was still on its way"
+    assert contents == (["first", "second", "third"] if succeed else [])
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_cancelled_async_clear_waits_for_its_outcome():
+    history = DjangoChatMessageHistory(Memory.session("lc-cancel", namespace="tests"))
+    history.add_messages([HumanMessage(content="first")])
+
+    async def scenario():
+        return await cancel_in_flight(history.aclear, RowLock(history.memory.id))
+
+    assert async_to_sync(scenario)()
+    assert history.messages == []

@@ -1,0 +1,40 @@
+"""Writes from async code that a cancellation cannot cut loose from their outcome.
+
+``sync_to_async`` runs the ORM on a worker thread; cancelling the awaiting task does not stop
+that thread, so without care a caller is told "cancelled" while its write goes on and commits
+afterwards. The frameworks' own stores keep a cancelled write's task pending until the write
+has finished, then raise ``CancelledError``: the caller knows the write's fate once the task
+is done (look again and the effect is either fully there or absent, never still on its way).
+``run_write`` does the same for the integrations' async mutations.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from asgiref.sync import sync_to_async
+
+T = TypeVar("T")
+
+
+async def run_write(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """Run the synchronous write ``fn(*args, **kwargs)`` on a thread and return its result.
+
+    If the caller is cancelled meanwhile (once or repeatedly), wait for the write's outcome,
+    then raise the first ``CancelledError``: a write that failed is not reported as its error
+    but as the cancellation the caller asked for, as the SDK stores do.
+    """
+    work = asyncio.ensure_future(sync_to_async(fn)(*args, **kwargs))
+    cancelled: asyncio.CancelledError | None = None
+    while not work.done():
+        try:
+            await asyncio.wait({work})
+        except asyncio.CancelledError as err:
+            cancelled = cancelled or err
+    if cancelled is not None:
+        if not work.cancelled():
+            work.exception()  # retrieved, so asyncio does not log it as never retrieved
+        raise cancelled
+    return work.result()
