@@ -15,7 +15,6 @@ the twin of a write, when its task is cancelled, waits for the write's outcome b
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import functools
 import uuid
@@ -24,6 +23,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from asgiref.sync import sync_to_async
 
+from .aio import run_write
 from .conf import memory_settings
 from .models import Session
 from .providers.summarizers import Summarizer
@@ -48,30 +48,14 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-async def _outcome(call: Awaitable[R], *, write: bool) -> R:
-    if not write:
-        return await call
-    task = asyncio.ensure_future(call)
-    cancelled = False
-    while True:
-        try:
-            result = await asyncio.shield(task)
-            break
-        except asyncio.CancelledError:
-            if task.done():
-                raise
-            cancelled = True  # the write goes on in its thread: wait for its outcome
-    if cancelled:
-        raise asyncio.CancelledError
-    return result
-
-
 def twin(method: Callable[Concatenate[Any, P], R], *, write: bool = False
          ) -> Callable[Concatenate[Any, P], Awaitable[R]]:
     """The async twin of a method: the same call in a worker thread (``sync_to_async``)."""
     @functools.wraps(method)
     async def run(self: Any, *args: P.args, **kwargs: P.kwargs) -> R:
-        return await _outcome(sync_to_async(method)(self, *args, **kwargs), write=write)
+        if write:
+            return await run_write(method, self, *args, **kwargs)
+        return await sync_to_async(method)(self, *args, **kwargs)
 
     run.__name__ = run.__qualname__ = "a" + method.__name__
     return run
@@ -80,7 +64,9 @@ def twin(method: Callable[Concatenate[Any, P], R], *, write: bool = False
 def static_twin(function: Callable[P, R], *, write: bool = False) -> Callable[P, Awaitable[R]]:
     @functools.wraps(function)
     async def run(*args: P.args, **kwargs: P.kwargs) -> R:
-        return await _outcome(sync_to_async(function)(*args, **kwargs), write=write)
+        if write:
+            return await run_write(function, *args, **kwargs)
+        return await sync_to_async(function)(*args, **kwargs)
 
     return staticmethod(run)  # type: ignore[return-value]
 

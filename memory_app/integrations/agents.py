@@ -39,10 +39,10 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from ..aio import run_write
 from ..exceptions import InvalidCursor, InvalidMessage
 from ..memory import Memory, SessionMemory
 from ..types import StoredMessage
-from ._writes import run_write
 
 try:
     import agents.memory as _sdk_memory

@@ -30,12 +30,12 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.db import connections, router
 
+from ..aio import run_write
 from ..exceptions import InvalidMessage
 from ..memory import Memory, SessionMemory
 from ..models import Message
 from ..types import StoredMessage
 from ..validation import ALLOWED_KEYS, PART_TYPES
-from ._writes import run_write
 
 try:
     from langchain_core.chat_history import BaseChatMessageHistory

@@ -5,7 +5,7 @@ that thread, so without care a caller is told "cancelled" while its write goes o
 afterwards. The frameworks' own stores keep a cancelled write's task pending until the write
 has finished, then raise ``CancelledError``: the caller knows the write's fate once the task
 is done (look again and the effect is either fully there or absent, never still on its way).
-``run_write`` does the same for the integrations' async mutations.
+``run_write`` does the same for the async twins of every write (the facade, the integrations).
 """
 
 from __future__ import annotations
