@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import textwrap
 import uuid
 import zipfile
 
@@ -40,7 +39,8 @@ from memory_app import Memory
 mem = Memory.session("wheel-check", namespace="packaging")
 stored = mem.add({"role": "user", "content": "stored by the wheel"})
 print(json.dumps({"file": memory_app.__file__, "cursor": stored.cursor,
-                  "read": [m.message["content"] for m in mem.messages()]}))
+                  "read": [m.content for m in mem.messages()],
+                  "window": [m["content"] for m in mem.window(max_tokens=100).messages]}))
 """
 
 
@@ -87,11 +87,12 @@ def test_core_wheel_migrates_and_appends(core_venv, empty_database, tmp_path):
         assert result.returncode == 0, f"{' '.join(args)} failed:\n{result.stderr[-4000:]}"
         return result
 
+    run("-m", "django", "check", "--database", "default", "--fail-level", "WARNING")
     run("-m", "django", "migrate", "--no-input", "-v", "0")
     out = json.loads(run("-c", APPEND).stdout.strip().splitlines()[-1])
     assert "site-packages" in out["file"], out["file"]  # the wheel's copy, not the checkout
     assert out["cursor"] == 1
-    assert out["read"] == ["stored by the wheel"]
+    assert out["read"] == out["window"] == ["stored by the wheel"]
 
 
 def test_twine_accepts_the_distributions(dist_dir):
