@@ -32,15 +32,26 @@ DATABASES = {{"default": {database!r}}}
 """
 
 APPEND = """\
-import json, django
+import json, logging, django
 django.setup()
 import memory_app
 from memory_app import Memory
+from memory_app.models import Embedding
+
+errors = []
+class Collect(logging.Handler):
+    def emit(self, record):
+        errors.append(record.getMessage() + (" " + repr(record.exc_info[1]) if record.exc_info else ""))
+logging.getLogger().addHandler(Collect(level=logging.ERROR))
+
 mem = Memory.session("wheel-check", namespace="packaging")
 stored = mem.add({"role": "user", "content": "stored by the wheel"})
 print(json.dumps({"file": memory_app.__file__, "cursor": stored.cursor,
                   "read": [m.content for m in mem.messages()],
-                  "window": [m["content"] for m in mem.window(max_tokens=100).messages]}))
+                  "window": [m["content"] for m in mem.window(max_tokens=100).messages],
+                  # Without a broker the new message is embedded inline after the commit.
+                  "embedded": Embedding.objects.filter(session_id=mem.id).count(),
+                  "errors": errors}))
 """
 
 
@@ -93,6 +104,9 @@ def test_core_wheel_migrates_and_appends(core_venv, empty_database, tmp_path):
     assert "site-packages" in out["file"], out["file"]  # the wheel's copy, not the checkout
     assert out["cursor"] == 1
     assert out["read"] == out["window"] == ["stored by the wheel"]
+    # Work after the commit (embedding) fails quietly (logged, not raised) when it needs an extra.
+    assert out["errors"] == []
+    assert out["embedded"] == 1
 
 
 def test_twine_accepts_the_distributions(dist_dir):
