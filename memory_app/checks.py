@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
+
+from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 from django.db import connections
 
@@ -58,6 +61,65 @@ def check_settings(app_configs=None, **kwargs):
     if not isinstance(memory_settings.MAX_MESSAGE_BYTES, int) or memory_settings.MAX_MESSAGE_BYTES <= 0:
         errors.append(Error("MEMORY_APP['MAX_MESSAGE_BYTES'] must be a positive integer", id="memory_app.E003"))
     errors += _check_encryption_keys()
+    errors += check_extras()
+    return errors
+
+
+# ---- optional parts and the extra each needs -----------------------------------------------------
+
+def package_installed(module: str) -> bool:
+    """Whether ``module`` can be imported here (found by the import system, not imported)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _missing_extra(what: str, module: str, extra: str, id: str) -> Error:
+    return Error(f"{what} needs the {module!r} package, which is not installed",
+                 hint=f"pip install 'django-memory-app[{extra}]'", id=id)
+
+
+def _provider_needs(setting: str) -> tuple[str, str] | None:
+    """``(module, extra)`` the configured provider of ``setting`` needs, or None."""
+    from .conf import memory_settings
+    from .providers.embeddings import OpenAIEmbedder, SentenceTransformerEmbedder
+    from .providers.summarizers import OpenAISummarizer
+
+    try:
+        provider = getattr(memory_settings, setting)
+    except Exception:  # a bad dotted path: the provider's own loading reports it
+        return None
+    cls = provider if isinstance(provider, type) else type(provider)
+    if issubclass(cls, (OpenAIEmbedder, OpenAISummarizer)):
+        return "openai", "openai"
+    if issubclass(cls, SentenceTransformerEmbedder):
+        return "sentence_transformers", "local-embeddings"
+    return None
+
+
+def check_extras() -> list:
+    """Each configured optional part whose extra is not installed is an error naming the extra.
+
+    ``memory_app.E012``: an OpenAI embedder or summarizer without ``[openai]``;
+    ``memory_app.E013``: the sentence-transformers embedder without ``[local-embeddings]``;
+    ``memory_app.E014``: a Celery broker configured without ``[tasks]`` (celery, redis).
+    (``memory_app.E011``, encryption keys without ``[encryption]``, is checked with the keys.)
+    """
+    errors = []
+    for setting in ("EMBEDDER", "SUMMARIZER"):
+        needs = _provider_needs(setting)
+        if needs and not package_installed(needs[0]):
+            module, extra = needs
+            id = "memory_app.E012" if extra == "openai" else "memory_app.E013"
+            errors.append(_missing_extra(f"MEMORY_APP[{setting!r}]", module, extra, id))
+    broker = getattr(settings, "CELERY_BROKER_URL", None)
+    if broker:
+        needed = ["celery"] + (["redis"] if str(broker).startswith(("redis://", "rediss://")) else [])
+        for module in needed:
+            if not package_installed(module):
+                errors.append(_missing_extra(f"CELERY_BROKER_URL ({broker.split(':', 1)[0]})",
+                                             module, "tasks", "memory_app.E014"))
     return errors
 
 

@@ -93,7 +93,7 @@ REST_FRAMEWORK = {
 SPECTACULAR_SETTINGS = {
     "TITLE": "memory_app API",
     "DESCRIPTION": "Conversation memory for LLM agents.",
-    "VERSION": "0.1.0",
+    "VERSION": "0.2.0",
     "SERVE_INCLUDE_SCHEMA": False,
     # --- REST API (memory_app.api) ---
     # Separate request/response components, so read-only fields are not asked of clients.

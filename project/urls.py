@@ -1,10 +1,11 @@
 from django.contrib import admin
 from django.urls import include, path
-from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from .views import StartView
+
 urlpatterns = [
-    path("", RedirectView.as_view(url="/admin/", permanent=False)),
+    path("", StartView.as_view(), name="start"),
     path("admin/", admin.site.urls),
 ]
 

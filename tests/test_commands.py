@@ -21,6 +21,30 @@ def test_memory_demo_is_idempotent(db, capsys):
     assert "Demo ready" in capsys.readouterr().out
 
 
+def test_demo_admin_password_changes_an_existing_admin(db, monkeypatch, client):
+    call_command("memory_demo")  # admin / admin
+    monkeypatch.setenv("DEMO_ADMIN_PASSWORD", "secret")
+    call_command("memory_demo")
+    admin = get_user_model().objects.get(username="admin")
+    assert admin.check_password("secret") and not admin.check_password("admin")
+    assert client.login(username="admin", password="secret")
+    assert not client.login(username="admin", password="admin")
+    monkeypatch.delenv("DEMO_ADMIN_PASSWORD")
+    call_command("memory_demo")  # no password chosen: the one set before stays
+    admin.refresh_from_db()
+    assert admin.check_password("secret")
+
+
+def test_memory_demo_creates_api_users(db, capsys):
+    call_command("memory_demo", "--user", "alice")
+    call_command("memory_demo", "--user", "alice", "--user", "bob")
+    users = get_user_model().objects.filter(username__in=["alice", "bob"])
+    assert sorted(u.username for u in users) == ["alice", "bob"]
+    assert not any(u.has_usable_password() or u.is_staff for u in users)
+    out = capsys.readouterr().out
+    assert "User alice created." in out and "User alice exists." in out
+
+
 def test_settings_check_reports_bad_values():
     assert check_settings() == []
     with override_settings(MEMORY_APP={"TOKEN_ENCODING": "no_such_encoding", "MAX_MESSAGE_BYTES": 0}):

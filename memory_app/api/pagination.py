@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from urllib.parse import urlencode
+
 from rest_framework import serializers
 from rest_framework.exceptions import NotFound
 from rest_framework.pagination import CursorPagination
-from rest_framework.utils.urls import replace_query_param
 
 from ..conf import memory_settings
 from ..types import StoredMessage
@@ -41,12 +42,22 @@ class SessionCursorPagination(CursorPagination):
             raise serializers.ValidationError({self.cursor_query_param: [self.invalid_cursor_message]}) from None
 
 
-def next_messages_link(request, page: list[StoredMessage], *, has_more: bool) -> str | None:
-    """The URL of the page after ``page`` of ``GET messages/?after=C&limit=N``.
+def next_messages_link(request, page: list[StoredMessage], *, has_more: bool, limit: int,
+                       after: int | None, before: int | None) -> str | None:
+    """The URL of the page after ``page`` of ``GET messages/``, in the direction of reading.
 
-    Pages are cut at message cursors, which are gapless and never reused, so walking the links
-    visits every message once, in order, even while others are appended.
+    Forwards (``after``, optionally bounded by ``before``): the page after the last message.
+    Backwards (``before`` alone): the page before the first. Pages are cut at message cursors,
+    which are gapless and never reused, so walking the links visits every message once, in order,
+    even while others are appended. The link carries only the parameters the server used, never
+    anything else the request's query string held.
     """
     if not has_more or not page:
         return None
-    return replace_query_param(request.build_absolute_uri(), "after", page[-1].cursor)
+    if before is not None and after is None:
+        query = {"before": page[0].cursor, "limit": limit}
+    else:
+        query = {"after": page[-1].cursor, "limit": limit}
+        if before is not None:
+            query["before"] = before
+    return f"{request.build_absolute_uri(request.path)}?{urlencode(query)}"

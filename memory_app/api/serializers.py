@@ -183,12 +183,21 @@ class StoredMessageSerializer(serializers.Serializer):
 
 
 class AppendedMessagesSerializer(serializers.Serializer):
+    """The stored messages: the shape of a page of ``GET messages/``, with no next page."""
+
     messages = StoredMessageSerializer(many=True, help_text="The stored messages, in order, with cursors.")
+    next = serializers.URLField(allow_null=True, help_text="Always null: an append is one page.")
 
 
 class MessagePageSerializer(serializers.Serializer):
-    next = serializers.URLField(allow_null=True, help_text="The next page, or null at the end of the log.")
-    results = StoredMessageSerializer(many=True)
+    """A page of the log; the same shape ``POST messages/`` answers (``next`` is null there)."""
+
+    messages = StoredMessageSerializer(many=True, help_text="Oldest first, with cursors.")
+    next = serializers.URLField(
+        allow_null=True,
+        help_text="The next page in the direction of reading (after the last message, or with "
+                  "`before`, before the first), or null when there is no more.",
+    )
 
 
 class OpenAIMessageSerializer(serializers.Serializer):
@@ -296,16 +305,24 @@ class SessionListQuerySerializer(serializers.Serializer):
 class MessagesQuerySerializer(serializers.Serializer):
     after = QueryIntegerField(required=False, min_value=0, max_value=MAX_CURSOR,
                               help_text="Return messages with a cursor greater than this.")
+    before = QueryIntegerField(
+        required=False, min_value=0, max_value=MAX_CURSOR,
+        help_text="Return messages with a cursor less than this. Without `after`, the page is "
+                  "the `limit` messages just before it (still oldest first): paging backwards.",
+    )
     limit = QueryIntegerField(
-        required=False, min_value=1, max_value=MAX_COUNT,
+        required=False, min_value=1,
         help_text="Page size (default API_MESSAGES_PAGE_SIZE, at most API_MESSAGES_MAX_PAGE_SIZE).",
     )
 
-    def validate_limit(self, value: int) -> int:
-        most = memory_settings.API_MESSAGES_MAX_PAGE_SIZE
-        if value > most:
-            raise serializers.ValidationError(f"Ensure this value is at most {most}.")
-        return value
+    def get_fields(self) -> dict:
+        fields = super().get_fields()
+        # The maximum is the setting read now, so the validation and the schema say the same.
+        fields["limit"] = QueryIntegerField(
+            required=False, min_value=1, max_value=memory_settings.API_MESSAGES_MAX_PAGE_SIZE,
+            help_text=fields["limit"].help_text,
+        )
+        return fields
 
 
 class WindowQuerySerializer(serializers.Serializer):

@@ -199,8 +199,10 @@ class SessionViewSet(MemoryAPIMixin, GenericViewSet):
     @extend_schema(
         methods=["GET"],
         summary="Read messages",
-        description="Messages with a cursor greater than `after`, oldest first, `limit` at a time; "
-                    "follow `next` until it is null.",
+        description="Messages with a cursor greater than `after` (and less than `before`), oldest "
+                    "first, `limit` at a time; follow `next` until it is null. With `before` "
+                    "alone the page is the `limit` messages before it and `next` pages further "
+                    "back. The answer has the shape `POST` answers: `{\"messages\", \"next\"}`.",
         parameters=[SESSION_ID, s.MessagesQuerySerializer],
         responses={200: s.MessagePageSerializer, **_errors(BAD_INPUT, NOT_FOUND)},
     )
@@ -234,11 +236,14 @@ class SessionViewSet(MemoryAPIMixin, GenericViewSet):
             return self._append(memory, request.data)
         query = _validated(s.MessagesQuerySerializer, request.query_params)
         limit = query.get("limit") or memory_settings.API_MESSAGES_PAGE_SIZE
-        found = memory.messages(after=query.get("after"), limit=limit + 1)
-        page = found[:limit]
+        after, before = query.get("after"), query.get("before")
+        found = memory.messages(after=after, limit=limit + 1, before=before)
+        backwards = before is not None and after is None
+        page = found[-limit:] if backwards else found[:limit]
         return Response({
-            "next": next_messages_link(request, page, has_more=len(found) > limit),
-            "results": s.StoredMessageSerializer(page, many=True).data,
+            "messages": s.StoredMessageSerializer(page, many=True).data,
+            "next": next_messages_link(request, page, has_more=len(found) > limit, limit=limit,
+                                       after=after, before=before),
         })
 
     def _append(self, memory: SessionMemory, data: Any) -> Response:
@@ -249,7 +254,7 @@ class SessionViewSet(MemoryAPIMixin, GenericViewSet):
             stored = memory.add_many(data["messages"])
         else:
             stored = [memory.add(data)]
-        return Response({"messages": s.StoredMessageSerializer(stored, many=True).data},
+        return Response({"messages": s.StoredMessageSerializer(stored, many=True).data, "next": None},
                         status=status.HTTP_201_CREATED)
 
     @extend_schema(

@@ -343,3 +343,28 @@ def test_message_text_is_escaped(admin_client, make_session):
     html = admin_client.get(change_url(memory)).content.decode()
     assert "<script>alert" not in html and "<img src=x" not in html and "<b>eve</b>" not in html
     assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in html
+
+
+@pytest.mark.parametrize("action, question", [
+    ("clear_sessions", "Clear the 4 selected sessions?"),
+    ("delete_selected", "Delete the 4 selected sessions?"),
+])
+def test_bulk_confirmations_tell_sessions_apart_by_key_and_owner(admin_client, make_session,
+                                                                  make_user, action, question):
+    owners = [make_user("ann"), make_user("ben"), None, make_user("cat")]
+    sessions = [make_session(f"ticket-{i}", 2, owner=owner, namespace=f"bot-{i}", title="Same title")
+                for i, owner in enumerate(owners)]
+    confirm = admin_client.post(CHANGELIST, {"action": action,
+                                             "_selected_action": [str(s.id) for s in sessions]})
+    assert confirm.status_code == 200
+    html = confirm.content.decode()
+    assert question in html
+    table = html[html.index('class="mem-confirm-sessions"'):]
+    table = table[:table.index("</table>")]
+    rows = re.findall(r"<tr>(.*?)</tr>", table, re.S)[1:]
+    assert len(rows) == 4
+    for i, owner in enumerate(owners):
+        (row,) = [r for r in rows if f"ticket-{i}<" in r]
+        assert (owner.username if owner else "no owner") in row
+        assert f"bot-{i}" in row and "Same title" in row
+    assert Session.objects.count() == 4 and all(s.count() == 2 for s in sessions)  # nothing done yet

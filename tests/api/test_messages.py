@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from urllib.parse import parse_qs, urlsplit
+
 import pytest
 from django.test import override_settings
 
@@ -130,16 +132,60 @@ def test_read_messages_after_a_cursor_with_a_limit(api, session):
     response = api.get(session_url(session.id, "messages"), {"after": 1, "limit": 1})
     assert response.status_code == 200
     body = response.json()
-    assert [(m["cursor"], m["content"]) for m in body["results"]] == [(2, "Hello")]
+    assert [(m["cursor"], m["content"]) for m in body["messages"]] == [(2, "Hello")]
     assert "after=2" in body["next"] and "limit=1" in body["next"]
     last = api.get(body["next"]).json()
-    assert [m["cursor"] for m in last["results"]] == [3]
+    assert [m["cursor"] for m in last["messages"]] == [3]
     assert last["next"] is None
+
+
+def test_get_and_post_answer_one_shape(api, session):
+    appended = api.post(session_url(session.id, "messages"), {"role": "user", "content": "More"},
+                        format="json").json()
+    page = api.get(session_url(session.id, "messages"), {"after": 3}).json()
+    assert set(appended) == set(page) == {"messages", "next"}
+    assert appended["next"] is None
+    assert appended["messages"] == page["messages"]
+
+
+def test_read_backwards_with_before(api, session):
+    session.add_many([{"role": "user", "content": f"m{i}"} for i in range(4, 8)])  # cursors 4..7
+    body = api.get(session_url(session.id, "messages"), {"before": 7, "limit": 2}).json()
+    assert [m["cursor"] for m in body["messages"]] == [5, 6]  # oldest first
+    assert "before=5" in body["next"] and "limit=2" in body["next"] and "after" not in body["next"]
+    seen = [m["cursor"] for m in body["messages"]]
+    while body["next"]:
+        body = api.get(body["next"]).json()
+        seen = [m["cursor"] for m in body["messages"]] + seen
+    assert seen == [1, 2, 3, 4, 5, 6]
+
+
+def test_after_and_before_bound_a_range(api, session):
+    session.add_many([{"role": "user", "content": f"m{i}"} for i in range(4, 8)])  # cursors 4..7
+    body = api.get(session_url(session.id, "messages"), {"after": 1, "before": 6, "limit": 2}).json()
+    assert [m["cursor"] for m in body["messages"]] == [2, 3]
+    assert "after=3" in body["next"] and "before=6" in body["next"]
+    last = api.get(body["next"]).json()
+    assert [m["cursor"] for m in last["messages"]] == [4, 5]
+    assert last["next"] is None
+
+
+def test_next_carries_only_the_parameters_the_server_used(api, session):
+    body = api.get(session_url(session.id, "messages") + "?limit=1&page=9&cursor=abc&bogus=1").json()
+    query = parse_qs(urlsplit(body["next"]).query)
+    assert query == {"after": ["1"], "limit": ["1"]}
+
+
+@override_settings(MEMORY_APP={"API_MESSAGES_MAX_PAGE_SIZE": 5})
+def test_limit_maximum_follows_the_setting(api, session):
+    assert api.get(session_url(session.id, "messages"), {"limit": 5}).status_code == 200
+    response = api.get(session_url(session.id, "messages"), {"limit": 6})
+    assert response.status_code == 400 and response.json()["field"] == "limit"
 
 
 def test_read_all_messages_by_default(api, session):
     body = api.get(session_url(session.id, "messages")).json()
-    assert [m["content"] for m in body["results"]] == ["You are terse.", "Hello", "Hi."]
+    assert [m["content"] for m in body["messages"]] == ["You are terse.", "Hello", "Hi."]
     assert body["next"] is None
 
 
@@ -156,6 +202,8 @@ def test_read_all_messages_by_default(api, session):
         ({"limit": "-5"}, "limit"),
         ({"limit": "many"}, "limit"),
         ({"limit": "1001"}, "limit"),
+        ({"before": "x"}, "before"),
+        ({"before": "-1"}, "before"),
     ],
 )
 def test_bad_cursors_and_limits_are_400(api, session, params, field):
@@ -177,7 +225,7 @@ def test_paging_through_thousands_of_messages_has_no_gaps_or_repeats(api, sessio
     while True:
         assert response.status_code == 200
         body = response.json()
-        seen += [m["cursor"] for m in body["results"]]
+        seen += [m["cursor"] for m in body["messages"]]
         pages += 1
         if body["next"] is None:
             break

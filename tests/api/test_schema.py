@@ -90,3 +90,31 @@ def test_no_response_carries_embeddings(api, session):
         assert "0.2" not in body and "test-model" not in body and "vector" not in body
         assert "embedding" not in body.lower()
     assert Memory.get(session.id, owner=session.session.owner).count() == 3
+
+
+def _messages_parameters(schema) -> dict:
+    operation = schema["paths"]["/api/memory/sessions/{id}/messages/"]["get"]
+    return {p["name"]: p["schema"] for p in operation["parameters"]}
+
+
+def test_the_schema_tells_the_truth_about_reading_messages(schema):
+    from memory_app.conf import memory_settings
+
+    params = _messages_parameters(schema)
+    assert {"after", "before", "limit"} <= set(params)
+    assert params["limit"]["maximum"] == memory_settings.API_MESSAGES_MAX_PAGE_SIZE
+    get = schema["paths"]["/api/memory/sessions/{id}/messages/"]["get"]["responses"]["200"]
+    post = schema["paths"]["/api/memory/sessions/{id}/messages/"]["post"]["responses"]["201"]
+    components = schema["components"]["schemas"]
+
+    def fields(response):
+        ref = response["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[1]
+        return set(components[ref]["properties"])
+
+    assert fields(get) == fields(post) == {"messages", "next"}
+
+
+def test_the_limit_maximum_in_the_schema_follows_the_setting(client, settings):
+    settings.MEMORY_APP = {"API_MESSAGES_MAX_PAGE_SIZE": 250}
+    schema = client.get("/api/schema/", HTTP_ACCEPT="application/json").json()
+    assert _messages_parameters(schema)["limit"]["maximum"] == 250

@@ -113,7 +113,7 @@ def test_import_stores_encrypted_and_the_api_answers_plaintext(api, user):
         copy_id = response.json()["id"]
         assert_ciphertext(copy_id)
         body = api.get(session_url(copy_id, "messages")).json()
-        assert body["results"][1]["content"] == SECRET
+        assert body["messages"][1]["content"] == SECRET
         appended = api.post(session_url(copy_id, "messages"), {"role": "user", "content": SECRET}, format="json")
         assert appended.json()["messages"][0]["content"] == SECRET
         window = api.get(session_url(copy_id, "window")).json()

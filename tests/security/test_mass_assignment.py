@@ -162,5 +162,5 @@ def test_messages_of_another_session_cannot_be_reached_by_cursor(api, other_user
     bobs = Memory.create("bobs", owner=other_user)
     bobs.add_many([{"role": "user", "content": f"secret {i}"} for i in range(5)])
     body = api.get(session_url(session.id, "messages"), {"after": 0, "limit": 1000}).json()
-    assert all("secret" not in (m["content"] or "") for m in body["results"])
+    assert all("secret" not in (m["content"] or "") for m in body["messages"])
     assert Message.objects.filter(session_id=bobs.id).count() == 5

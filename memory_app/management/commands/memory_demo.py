@@ -36,17 +36,33 @@ CONVERSATION = [
 
 
 class Command(BaseCommand):
-    help = "Create the admin login (admin / admin unless DEMO_ADMIN_PASSWORD is set) and a demo session."
+    help = ("Create the admin login (admin / admin unless DEMO_ADMIN_PASSWORD is set) and a demo "
+            "session; --user NAME also creates an API user of that name (idempotent).")
+
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--user", action="append", default=[], metavar="NAME",
+            help="Also create this user (no password: it signs in with an API token, e.g. "
+                 "`manage.py drf_create_token NAME`). Repeatable.",
+        )
 
     def handle(self, *args, **options):
         User = get_user_model()
-        password = os.environ.get("DEMO_ADMIN_PASSWORD", "admin")
+        chosen = os.environ.get("DEMO_ADMIN_PASSWORD")
         admin, created = User.objects.get_or_create(
             username="admin", defaults={"is_staff": True, "is_superuser": True, "email": "admin@example.com"}
         )
-        if created:
-            admin.set_password(password)
+        # A new admin gets the chosen password (or "admin"); an existing one only when a password
+        # is chosen, so a re-run without DEMO_ADMIN_PASSWORD keeps whatever was set before.
+        if created or chosen is not None:
+            admin.set_password(chosen if chosen is not None else "admin")
             admin.save()
+        for name in options["user"]:
+            user, made = User.objects.get_or_create(username=name)
+            if made:
+                user.set_unusable_password()
+                user.save(update_fields=["password"])
+            self.stdout.write(f"User {name} {'created' if made else 'exists'}.")
         mem = Memory.session(DEMO_KEY, owner=admin, namespace="travel-agent",
                              title="Planning a week in Norway")
         if mem.count() == 0:
@@ -58,7 +74,9 @@ class Command(BaseCommand):
                 upto=stored[7].cursor, prev=None, model="demo",
                 pinned=[CONVERSATION[3]],
             )
+        password = "(DEMO_ADMIN_PASSWORD)" if chosen is not None else (
+            "admin" if created else "(unchanged)")
         self.stdout.write(
-            f"Demo ready: log in at /admin/ as admin / {'(DEMO_ADMIN_PASSWORD)' if 'DEMO_ADMIN_PASSWORD' in os.environ else 'admin'}; "
+            f"Demo ready: log in at /admin/ as admin / {password}; "
             f"session {mem.id} has {mem.count()} messages."
         )
