@@ -107,6 +107,13 @@ class InvalidSearch(FieldError):
     code = "invalid_search"
 
 
+class UnknownModel(FieldError):
+    """A model whose token encoding is unknown (neither bpe-openai nor ``MODEL_ENCODINGS``
+    knows it): counting it with another encoding would silently misjudge its budget."""
+
+    code = "unknown_model"
+
+
 class InvalidOwner(MemoryStoreError, ValueError):
     """An operation on one owner's data was not given an owner (``None`` or ``ANY_OWNER``)."""
 
@@ -201,7 +208,8 @@ class DecryptionFailed(MemoryStoreError):
 #: Every error class, for documentation and for tests that every one has its place.
 CATALOGUE: tuple[type[MemoryStoreError], ...] = (
     MemoryStoreError, FieldError, InvalidMessage, MessageTooLarge, IdempotencyConflict,
-    InvalidSession, InvalidSnapshot, InvalidCursor, InvalidExport, InvalidSearch, InvalidOwner,
+    InvalidSession, InvalidSnapshot, InvalidCursor, InvalidExport, InvalidSearch, UnknownModel,
+    InvalidOwner,
     SessionNotFound, SessionExists, SnapshotConflict, ProviderError, SummarizerError,
     EmptySummary, EmbedderError, TransientEmbedderError, DecryptionFailed,
 )

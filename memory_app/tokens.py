@@ -13,6 +13,7 @@ from typing import Any
 import bpe_openai
 
 from .conf import memory_settings
+from .exceptions import UnknownModel
 
 TOKENS_PER_MESSAGE = 3
 TOKENS_PER_NAME = 1
@@ -24,6 +25,9 @@ def get_encoding(name: str):
 
 
 def encoding_name_for_model(model: str | None) -> str:
+    """The encoding tokens are counted with for ``model`` (``TOKEN_ENCODING`` when none is
+    given). A model neither bpe-openai nor ``MODEL_ENCODINGS`` knows is refused: counting it
+    with some other encoding would silently misjudge its budget."""
     if not model:
         return memory_settings.TOKEN_ENCODING
     configured = memory_settings.MODEL_ENCODINGS.get(model)
@@ -31,8 +35,10 @@ def encoding_name_for_model(model: str | None) -> str:
         return configured
     try:
         return bpe_openai.encoding_name_for_model(model)
-    except Exception:  # an unknown model counts with the default encoding
-        return memory_settings.TOKEN_ENCODING
+    except Exception:
+        raise UnknownModel(
+            "model", f"no known encoding for {model!r}; map it in MEMORY_APP['MODEL_ENCODINGS']"
+        ) from None
 
 
 #: Texts longer than this are counted piece by piece, cut at white space (the tokenizer refuses

@@ -109,10 +109,12 @@ def reciprocal_rank_fusion(rankings: dict[str, list], *, k: int = 60) -> list[tu
     return [(item, scores[item], ranks[item]) for item in order]
 
 
-def _owner_clause(owner_id, column: str) -> tuple[str, list]:
-    if owner_id is None:
-        return f"{column} IS NULL", []
-    return f"{column} = %s", [owner_id]
+def _owner_clause(session: Session, column: str, *, namespace_sql: str) -> tuple[str, list]:
+    """Owner scope: the session owner's rows. Ownerless (service) sessions belong to no one, so
+    theirs is narrowed to their namespace: one agent's service sessions never recall another's."""
+    if session.owner_id is None:
+        return f"{column} IS NULL AND {namespace_sql}", [session.namespace]
+    return f"{column} = %s", [session.owner_id]
 
 
 def _vector_literal(vector: Sequence[float]) -> str:
@@ -143,7 +145,10 @@ def _vector_ranking(session: Session, vector: list[float], model_name: str, limi
             hits = cursor.fetchall()
     else:
         cast = vector_type(len(vector))
-        owner_sql, owner_params = _owner_clause(session.owner_id, "e.owner_id")
+        ses = connection.ops.quote_name(Session._meta.db_table)
+        owner_sql, owner_params = _owner_clause(
+            session, "e.owner_id",
+            namespace_sql=f"e.session_id IN (SELECT id FROM {ses} WHERE owner_id IS NULL AND namespace = %s)")
         distance = f"(e.vector::{cast}) <=> %s::{cast}"
         # The same expression and predicate as the partial index, so the planner can use it;
         # relaxed_order may return rows slightly out of order, hence the outer ORDER BY.
@@ -173,7 +178,8 @@ def _scope_filter(qs, session: Session, scope: str, roles, *, prefix: str = ""):
     if scope == "session":
         qs = qs.filter(**{f"{prefix}session_id": session.pk})
     elif session.owner_id is None:
-        qs = qs.filter(**{f"{prefix}session__owner__isnull": True})
+        qs = qs.filter(**{f"{prefix}session__owner__isnull": True,
+                          f"{prefix}session__namespace": session.namespace})
     else:
         qs = qs.filter(**{f"{prefix}session__owner_id": session.owner_id})
     if roles is not None:
@@ -188,7 +194,7 @@ def _vector_ranking_python(session, vector, model_name, limit, scope, roles, usi
     if scope == "session":
         qs = qs.filter(session_id=session.pk)
     elif session.owner_id is None:
-        qs = qs.filter(owner__isnull=True)
+        qs = qs.filter(owner__isnull=True, session__namespace=session.namespace)
     else:
         qs = qs.filter(owner_id=session.owner_id)
     if roles is not None:
@@ -222,7 +228,7 @@ def _fulltext_ranking(session: Session, query: str, limit: int, scope: str, role
         params.append(session.pk)
     else:
         join = f"JOIN {ses} s ON s.id = m.session_id"
-        owner_sql, owner_params = _owner_clause(session.owner_id, "s.owner_id")
+        owner_sql, owner_params = _owner_clause(session, "s.owner_id", namespace_sql="s.namespace = %s")
         where.append(owner_sql)
         params += owner_params
     if roles is not None:

@@ -153,3 +153,15 @@ def test_parallel_calls_stored_one_per_message_stay_with_their_results(mem):
     mem.save_snapshot("asked about weather", upto=2, prev=None)
     assert [m.get("tool_call_id") for m in mem.window().messages[1:]] == [None, "b", None]
     assert [m["role"] for m in mem.window().messages[1:]] == ["assistant", "tool", "assistant"]
+
+
+def test_window_refuses_a_model_whose_encoding_is_unknown(mem):
+    from memory_app.exceptions import UnknownModel
+
+    mem.add(user("hello"))
+    with pytest.raises(UnknownModel) as err:
+        mem.window(model="no-such-model")
+    assert err.value.field == "model" and "MODEL_ENCODINGS" in str(err.value)
+    # Mapped in MODEL_ENCODINGS, the same model counts with the encoding it is given.
+    with override_settings(MEMORY_APP={"MODEL_ENCODINGS": {"no-such-model": "cl100k_base"}}):
+        assert mem.window(model="no-such-model").budget_tokens == count_message(user("hello"), "cl100k_base")
