@@ -33,6 +33,7 @@ from django.db import connections, router, transaction
 
 from ..conf import memory_settings
 from ..encryption import decrypt_text
+from ..exceptions import InvalidSearch
 from ..importance import should_recall
 from ..models import Embedding, Message, Session
 from ..providers.embeddings import Embedder, get_embedder
@@ -345,8 +346,11 @@ def recall_context(
     roles = list(memory_settings.RECALL_ROLES) if roles is None else roles
     # Checked even when recall is skipped: bad arguments fail the same way whatever the query.
     check_search_filters(scope, roles, mode)
-    wanted = bool(recall_k) and isinstance(query, str) and bool(query.strip()) \
-        and should_recall().for_query(query)
+    if query is not None and not isinstance(query, str):
+        raise InvalidSearch("query", "must be a string or null")
+    if query and query.strip():
+        check_search(query, 1, scope, roles, mode)  # length, NUL bytes: the search's own rules
+    wanted = bool(recall_k) and bool(query and query.strip()) and should_recall().for_query(query)
     share = float(memory_settings.RECALL_TOKEN_SHARE)
     reserve = None if max_tokens is None else int(max_tokens * share)
     first = windows.window(session.pk, max_messages, None if max_tokens is None else max_tokens - (reserve if wanted else 0),
