@@ -12,12 +12,14 @@ any of them by putting a file with the same path in one of its template ``DIRS``
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlencode
 
+from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.utils import model_ngettext, quote, unquote
 from django.core.exceptions import PermissionDenied
@@ -30,7 +32,8 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.text import slugify, smart_split, unescape_string_literal
 
-from .exceptions import InvalidCursor, MemoryStoreError
+from . import validation
+from .exceptions import InvalidCursor, InvalidSession, MemoryStoreError
 from .memory import SessionMemory
 from .models import Message, Session, Snapshot
 from .transcript import Page, arrange, coverage
@@ -84,6 +87,81 @@ def _export_name(session: Session) -> str:
     return f"session-{slugify(session.namespace) or 'ns'}-{slugify(session.key)[:60] or session.pk}.json"
 
 
+class SessionForm(forms.ModelForm):
+    """The fields a person may edit, checked by the rule book (``validation``) that every other
+    entry point goes through: a refusal is an error on its field, never a 500."""
+
+    #: The form fields the rule book checks, by the name ``check_session_fields`` takes.
+    checked = ("title", "metadata", "expires_at")
+
+    class Meta:
+        model = Session
+        fields = ("title", "metadata", "expires_at")
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        given = {name: cleaned[name] for name in self.checked if name in cleaned}
+        try:
+            validation.check_session_fields(**given)
+        except InvalidSession as err:
+            field = err.field if err.field in self.fields else None
+            self.add_error(field, err.reason if field else str(err))
+        return cleaned
+
+
+def _reported(fallback: Callable[[Any, HttpRequest, tuple, dict], str]):
+    """A view of ``SessionAdmin`` whose ``MemoryStoreError`` becomes a message on a page.
+
+    After a POST (an action, a save, a button) the browser is sent back to the page it came
+    from, which shows the message; after a GET to ``fallback(admin, request, args, kwargs)``,
+    a page that does not read what failed (so that no redirect loops).
+    """
+    def decorate(view: Callable) -> Callable:
+        @functools.wraps(view)
+        def wrapper(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            try:
+                return view(self, request, *args, **kwargs)
+            except MemoryStoreError as err:
+                if not err.client_fault:
+                    logger.error("admin: %s", err, exc_info=err)
+                self.message_user(request, f"{_what_failed(view.__name__)}: {err}", messages.ERROR)
+                if request.method == "POST":
+                    return HttpResponseRedirect(request.get_full_path())
+                return HttpResponseRedirect(fallback(self, request, args, kwargs))
+
+        return wrapper
+
+    return decorate
+
+
+_VIEW_WORDS = {
+    "changelist_view": "The action failed", "changeform_view": "The session could not be saved",
+    "delete_view": "The session could not be deleted", "history_view": "The history failed",
+    "export_view": "The export failed", "clear_view": "The session could not be cleared",
+    "summarize_view": "Summarization failed", "reembed_view": "Re-embedding failed",
+}
+
+
+def _what_failed(view_name: str) -> str:
+    return _VIEW_WORDS.get(view_name, "That failed")
+
+
+def _to_changelist(model_admin: SessionAdmin, request, args, kwargs) -> str:
+    return reverse("admin:memory_app_session_changelist", current_app=model_admin.admin_site.name)
+
+
+def _to_index(model_admin: SessionAdmin, request, args, kwargs) -> str:
+    return reverse("admin:index", current_app=model_admin.admin_site.name)
+
+
+def _to_session(model_admin: SessionAdmin, request, args, kwargs) -> str:
+    object_id = kwargs.get("object_id", args[0] if args else None)
+    if object_id is None:
+        return _to_changelist(model_admin, request, args, kwargs)
+    return reverse("admin:memory_app_session_change", args=[object_id],
+                   current_app=model_admin.admin_site.name)
+
+
 @admin.register(Session)
 class SessionAdmin(admin.ModelAdmin):
     """Sessions: the changelist, the transcript on the change page, and the session actions."""
@@ -128,15 +206,30 @@ class SessionAdmin(admin.ModelAdmin):
         "id", "key", "namespace", "owner", "created_at", "updated_at", "message_count",
         "token_count", "tokens_since_snapshot", "next_seq",
     )
+    form = SessionForm
     change_form_template = "admin/memory_app/session/change_form.html"
 
     class Media:
         css = {"all": ("memory_app/admin.css",)}
         js = ("memory_app/admin.js",)
 
-    # -- changelist --------------------------------------------------------------------------
+    # -- the views: a store error is a message on the page, never a 500 ----------------------
+    @_reported(_to_index)
     def changelist_view(self, request, extra_context=None):
+        # The actions run in here (a POST to the changelist).
         return super().changelist_view(request, {"title": "Sessions", **(extra_context or {})})
+
+    @_reported(_to_changelist)
+    def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
+        return super().changeform_view(request, object_id, form_url, extra_context)
+
+    @_reported(_to_session)
+    def delete_view(self, request, object_id, extra_context=None):
+        return super().delete_view(request, object_id, extra_context)
+
+    @_reported(_to_session)
+    def history_view(self, request, object_id, extra_context=None):
+        return super().history_view(request, object_id, extra_context)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
         # Both are subqueries on the (session, version) index: no extra query per row.
@@ -240,7 +333,14 @@ class SessionAdmin(admin.ModelAdmin):
     # -- the change page: header, snapshot lineage and a page of the transcript --------------
     def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
         if obj is not None:
-            context.update(self.transcript_context(request, obj))
+            try:
+                context.update(self.transcript_context(request, obj))
+            except MemoryStoreError as err:
+                # E.g. messages encrypted with a key no longer configured: the page still shows
+                # the session and its fields, and says why the transcript is missing.
+                logger.error("admin: transcript of %s: %s", obj.pk, err, exc_info=err)
+                self.message_user(request, f"The transcript cannot be shown: {err}", messages.ERROR)
+                context.update(_unreadable_transcript(request, str(err)))
         return super().render_change_form(request, context, add, change, form_url, obj)
 
     def transcript_context(self, request: HttpRequest, session: Session) -> dict[str, Any]:
@@ -250,27 +350,11 @@ class SessionAdmin(admin.ModelAdmin):
         cursor_error = None
         try:
             after, before = _page_request(request)
+            page, previous_cursor, next_cursor = _select_page(memory, size, after, before)
         except InvalidCursor as err:
+            # A cursor out of range (typed into the URL or "Go to #"): say so, show the newest.
             cursor_error, after, before = str(err), None, None
-
-        if after is not None:
-            found = memory.messages(after=after, limit=size + 1)
-            page, following = found[:size], found[size:]
-            next_cursor = following[0].cursor if following else None
-            edge = page[0].cursor if page else after + 1
-            earlier = memory.messages(before=edge, limit=1)
-            previous_cursor = earlier[0].cursor if earlier else None
-        else:
-            found = memory.messages(before=before, limit=size + 1) if before else memory.last(size + 1)
-            if len(found) > size:
-                previous_cursor, page = found[0].cursor, found[1:]
-            else:
-                previous_cursor, page = None, found
-            if before is None:
-                next_cursor = None
-            else:
-                later = memory.messages(after=(page[-1].cursor if page else before - 1), limit=1)
-                next_cursor = later[0].cursor if later else None
+            page, previous_cursor, next_cursor = _select_page(memory, size, None, None)
 
         if not page:
             # Past either end of the log: the page offers the way back to the newest instead.
@@ -325,12 +409,14 @@ class SessionAdmin(admin.ModelAdmin):
         return reverse("admin:memory_app_session_change", args=[quote(session.pk)],
                        current_app=self.admin_site.name)
 
+    @_reported(_to_session)
     def export_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         session = self._session_or_404(request, object_id)
         if not self.has_view_permission(request, session):
             raise PermissionDenied
         return _download(SessionMemory(session).export(), _export_name(session))
 
+    @_reported(_to_session)
     def clear_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         session = self._session_or_404(request, object_id)
         if not self.has_delete_permission(request, session):
@@ -340,9 +426,11 @@ class SessionAdmin(admin.ModelAdmin):
             return HttpResponseRedirect(self._change_url(session))
         return self._clear_confirmation(request, [session], single=True)
 
+    @_reported(_to_session)
     def summarize_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         return self._enqueue_view(request, object_id, SessionMemory.schedule_summary, "Summarization")
 
+    @_reported(_to_session)
     def reembed_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         return self._enqueue_view(request, object_id, SessionMemory.schedule_reembedding, "Re-embedding")
 
@@ -454,14 +542,17 @@ def _describe(outcome: Scheduled) -> str:
 
 # -- helpers for the transcript page ---------------------------------------------------------
 def _page_request(request: HttpRequest) -> tuple[int | None, int | None]:
-    """``(after, before)`` from the query string; ``at=C`` means the page starting at C."""
+    """``(after, before)`` from the query string; ``at=C`` means the page starting at C.
+
+    Each is a cursor by the rule book (``validation.check_cursor``: a whole number from 0 to
+    the largest the log can hold), so a huge or negative one is an ``InvalidCursor`` here
+    rather than in the database.
+    """
     def cursor(name: str) -> int | None:
         raw = request.GET.get(name, "").strip()
         if raw == "":
             return None
-        if not raw.isdigit():
-            raise InvalidCursor(f"{name} must be a cursor (a whole number), not {raw!r}")
-        return int(raw)
+        return validation.check_cursor(raw, name)
 
     at, after, before = cursor("at"), cursor("after"), cursor("before")
     if at is not None:
@@ -469,8 +560,44 @@ def _page_request(request: HttpRequest) -> tuple[int | None, int | None]:
     if after is not None:
         return after, None
     if before is not None and before < 1:
-        raise InvalidCursor("before must be at least 1")
+        raise InvalidCursor("before must be at least 1", field="before")
     return None, before
+
+
+def _select_page(memory: SessionMemory, size: int, after: int | None,
+                 before: int | None) -> tuple[list, int | None, int | None]:
+    """``(messages, previous cursor, next cursor)`` of the page after ``after`` or before
+    ``before`` (the newest page when neither is given)."""
+    if after is not None:
+        found = memory.messages(after=after, limit=size + 1)
+        page, following = found[:size], found[size:]
+        next_cursor = following[0].cursor if following else None
+        edge = page[0].cursor if page else after + 1
+        earlier = memory.messages(before=edge, limit=1) if edge <= validation.MAX_CURSOR else []
+        previous_cursor = earlier[0].cursor if earlier else None
+        return page, previous_cursor, next_cursor
+    found = memory.messages(before=before, limit=size + 1) if before else memory.last(size + 1)
+    if len(found) > size:
+        previous_cursor, page = found[0].cursor, found[1:]
+    else:
+        previous_cursor, page = None, found
+    if before is None:
+        next_cursor = None
+    else:
+        later = memory.messages(after=(page[-1].cursor if page else before - 1), limit=1)
+        next_cursor = later[0].cursor if later else None
+    return page, previous_cursor, next_cursor
+
+
+def _unreadable_transcript(request: HttpRequest, error: str) -> dict[str, Any]:
+    """The transcript context of a session whose messages cannot be read: an empty page."""
+    return {
+        "transcript": arrange([], [], previous=None, next=None), "lineage": [],
+        "lineage_total": 0, "lineage_hidden": 0, "latest_snapshot": None, "stored_range": None,
+        "coverage_bar": None, "pager": dict.fromkeys(("oldest", "older", "newer", "newest")),
+        "cursor_error": f"The transcript cannot be shown: {error}", "requested_after": None,
+        "page_size": 0, "preserved_query": _preserved(request),
+    }
 
 
 _PAGE_PARAMS = {"after", "before", "at"}

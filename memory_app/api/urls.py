@@ -1,7 +1,13 @@
-"""URLs of the REST API. Mount with ``path("api/memory/", include("memory_app.api.urls"))``."""
+"""URLs of the REST API. Mount with ``path("api/memory/", include("memory_app.api.urls"))``.
 
+The last pattern catches every other path under the prefix (unknown routes, a missing trailing
+slash), so they answer in the API's JSON error shape rather than with Django's HTML pages.
+"""
+
+from django.urls import re_path
 from rest_framework.routers import SimpleRouter
 
+from .errors import NoSuchRoute
 from .views import OwnerViewSet, SessionViewSet
 
 app_name = "memory_api"
@@ -10,4 +16,7 @@ router = SimpleRouter()
 router.register("sessions", SessionViewSet, basename="session")
 router.register("owner", OwnerViewSet, basename="owner")  # owner/export/, owner/erase/
 
-urlpatterns = router.urls
+urlpatterns = [
+    *router.urls,
+    re_path(r"^.*$", NoSuchRoute.as_view(), name="no-such-route"),
+]

@@ -20,58 +20,95 @@ from django.core.management.base import BaseCommand, CommandError
 
 from ..exceptions import MemoryStoreError
 from ..models import Session
+from ..validation import MAX_COUNT
 
 _DURATION = re.compile(r"^(\d+)([smhdw])$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+#: The longest duration taken: a century (``now`` minus more than that leaves the calendar).
+MAX_DURATION = dt.timedelta(days=36500)
 
 
-def duration(text: str) -> dt.timedelta:
+def duration(text: str | dt.timedelta) -> dt.timedelta:
     """A positive duration such as ``90d``, ``12h`` or ``2w`` (``0d`` would mean "everything")."""
-    match = _DURATION.match(text.strip())
-    if not match:
-        raise argparse.ArgumentTypeError(f"takes a duration like 30d, 12h or 2w, not {text!r}")
-    value = dt.timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
+    if isinstance(text, dt.timedelta):
+        value = text
+    else:
+        match = _DURATION.match(str(text).strip())
+        if not match:
+            raise argparse.ArgumentTypeError(f"takes a duration like 30d, 12h or 2w, not {text!r}")
+        try:
+            value = dt.timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
+        except OverflowError:
+            value = MAX_DURATION + MAX_DURATION
+    if value > MAX_DURATION:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_DURATION.days}d, not {text!r}")
     if value <= dt.timedelta(0):
         raise argparse.ArgumentTypeError(f"must be longer than zero, not {text!r}")
     return value
 
 
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, not {text!r}") from None
+def _whole_number(text: str | int) -> int:
+    if isinstance(text, int) and not isinstance(text, bool):
+        return text
+    if isinstance(text, str) and text.strip().lstrip("+-").isdigit():
+        return int(text)
+    raise argparse.ArgumentTypeError(f"must be a whole number, not {text!r}")
+
+
+def positive_int(text: str | int) -> int:
+    """A whole number of at least 1 (a batch size)."""
+    value = _whole_number(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    if value > MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_COUNT}, not {value}")
     return value
 
 
-def non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, not {text!r}") from None
+def non_negative_int(text: str | int) -> int:
+    """A whole number of at least 0 (a limit, a threshold, a count of messages to keep)."""
+    value = _whole_number(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must not be negative, not {value}")
+    if value > MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_COUNT}, not {value}")
     return value
 
 
-def session_id(text: str) -> uuid.UUID:
+def session_id(text: str | uuid.UUID) -> uuid.UUID:
+    """A session id (a UUID)."""
+    if isinstance(text, uuid.UUID):
+        return text
     try:
-        return uuid.UUID(text)
+        return uuid.UUID(str(text))
     except ValueError:
         raise argparse.ArgumentTypeError(f"is a session id (a UUID), not {text!r}") from None
 
 
-def existing_sessions(ids: list[uuid.UUID] | None) -> list[uuid.UUID] | None:
-    """The ids given with ``--session``, each of which must exist (else ``CommandError``)."""
+#: The argument types above: ``MemoryCommand`` applies them to keyword options as well.
+ARGUMENT_TYPES = frozenset({duration, positive_int, non_negative_int, session_id})
+
+
+def existing_sessions(ids: list[uuid.UUID | str] | None,
+                      option: str = "--session") -> list[uuid.UUID] | None:
+    """The ids given with ``--session``, each of which must exist (else ``CommandError``).
+
+    Ids that are still strings (passed to ``call_command`` as keyword options, which argparse
+    does not convert) are parsed here, with the same message as the argument type's.
+    """
     if not ids:
-        return ids
-    found = set(Session.objects.filter(pk__in=ids).values_list("pk", flat=True))
-    missing = [str(i) for i in ids if i not in found]
+        return None
+    parsed = []
+    for value in ids:
+        try:
+            parsed.append(value if isinstance(value, uuid.UUID) else session_id(str(value)))
+        except argparse.ArgumentTypeError as err:
+            raise CommandError(f"{option}: {err}") from None
+    found = set(Session.objects.filter(pk__in=parsed).values_list("pk", flat=True))
+    missing = [str(i) for i in dict.fromkeys(parsed) if i not in found]
     if missing:
-        raise CommandError(f"--session: no session {', '.join(missing)}")
-    return list(dict.fromkeys(ids))
+        raise CommandError(f"{option}: no session {', '.join(missing)}")
+    return list(dict.fromkeys(parsed))
 
 
 class _LineProgress:
@@ -110,10 +147,26 @@ def progress(*, total: int | None, unit: str, disable: bool, file=None):
     return tqdm(total=total, unit=unit, disable=disable, file=file, mininterval=0.5)
 
 
+def _actions(parser: argparse.ArgumentParser):
+    """Every argument of ``parser`` and of its sub-commands."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from _actions(sub)
+        else:
+            yield action
+
+
 class MemoryCommand(BaseCommand):
-    """Base of the app's commands: store and file errors end the command with one line."""
+    """Base of the app's commands: argument types hold for keyword options too, and store and
+    file errors end the command with one line."""
+
+    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any):
+        self._parser = super().create_parser(prog_name, subcommand, **kwargs)
+        return self._parser
 
     def execute(self, *args: Any, **options: Any) -> Any:
+        self._convert_keyword_options(options)
         try:
             return super().execute(*args, **options)
         except MemoryStoreError as err:
@@ -121,3 +174,24 @@ class MemoryCommand(BaseCommand):
         except OSError as err:
             where = f"{err.filename}: " if err.filename else ""
             raise CommandError(f"{where}{err.strerror or err}") from None
+
+    def _convert_keyword_options(self, options: dict[str, Any]) -> None:
+        """``call_command("memory_prune", idle="0d")`` skips argparse: apply the types here.
+
+        Each type accepts what it returns, so a value argparse already converted passes again.
+        """
+        parser = getattr(self, "_parser", None)
+        if parser is None:
+            return
+        for action in _actions(parser):
+            kind, value = action.type, options.get(action.dest)
+            if kind not in ARGUMENT_TYPES or value is None:
+                continue
+            name = "/".join(action.option_strings) or action.dest
+            try:
+                if isinstance(value, (list, tuple)):
+                    options[action.dest] = [kind(v) for v in value]
+                else:
+                    options[action.dest] = kind(value)
+            except argparse.ArgumentTypeError as err:
+                raise CommandError(f"Error: argument {name}: {err}") from None

@@ -12,6 +12,7 @@ from django.urls import reverse
 
 from memory_app import Memory
 from memory_app.models import Message, Session
+from memory_app.validation import MAX_CURSOR
 
 from .conftest import fill
 from .conversations import chatter
@@ -132,7 +133,7 @@ def test_a_bad_cursor_is_reported_and_the_newest_page_shown(admin_client, make_s
     memory = make_session("short", 5)
     response = admin_client.get(change_url(memory, after="abc"))
     assert response.status_code == 200
-    assert "must be a cursor" in response.content.decode()
+    assert "after must be an integer" in response.content.decode()
     assert cursors_on(response) == [1, 2, 3, 4, 5]
     for params in ({"after": 99}, {"before": 1}):
         beyond = admin_client.get(change_url(memory, **params))
@@ -368,3 +369,110 @@ def test_bulk_confirmations_tell_sessions_apart_by_key_and_owner(admin_client, m
         assert (owner.username if owner else "no owner") in row
         assert f"bot-{i}" in row and "Same title" in row
     assert Session.objects.count() == 4 and all(s.count() == 2 for s in sessions)  # nothing done yet
+
+
+# -- hostile input: a form error or a message on the page, never a 500, nothing changed -------
+def session_state(memory) -> tuple:
+    row = Session.objects.get(pk=memory.id)
+    return row.title, row.metadata, row.expires_at, row.message_count, row.next_seq
+
+
+def page_messages(response) -> list[str]:
+    return [str(m) for m in response.context["messages"]]
+
+
+@pytest.mark.parametrize(("metadata", "says"), [
+    ('["a", "b"]', "must be an object"),
+    ('"just text"', "must be an object"),
+    ('{"note": "nul \\u0000 byte"}', "NUL"),
+    (json.dumps({"blob": "x" * 2_000_000}), "MAX_METADATA_BYTES"),
+    (json.dumps({"deep": json.loads("[" * 200 + "]" * 200)}), "deep"),
+])
+def test_metadata_the_rule_book_refuses_is_a_form_error(admin_client, trip, metadata, says):
+    before = session_state(trip)
+    response = admin_client.post(change_url(trip), {
+        "title": "changed", "expires_at_0": "", "expires_at_1": "", "metadata": metadata,
+        "_continue": "1",
+    })
+    assert response.status_code == 200
+    errors = response.context["adminform"].form.errors
+    assert list(errors) == ["metadata"] and says.lower() in " ".join(errors["metadata"]).lower()
+    assert session_state(trip) == before
+    assert trip.window(max_tokens=1000) and trip.export()  # still readable
+
+
+def test_a_title_with_a_nul_byte_is_a_form_error(admin_client, trip):
+    before = session_state(trip)
+    response = admin_client.post(change_url(trip), {
+        "title": "a\x00b", "expires_at_0": "", "expires_at_1": "", "metadata": "{}"})
+    assert response.status_code == 200 and "title" in response.context["adminform"].form.errors
+    assert session_state(trip) == before
+
+
+@pytest.mark.parametrize(("params", "says"), [
+    ({"after": MAX_CURSOR + 1}, f"after must be at most {MAX_CURSOR}"),
+    ({"after": "-1"}, "after must not be negative"),
+    ({"before": "-1"}, "before must not be negative"),
+    ({"before": "0"}, "before must be at least 1"),
+    ({"at": "9" * 40}, f"at must be at most {MAX_CURSOR}"),
+    ({"at": "1e9"}, "at must be an integer"),
+])
+def test_a_cursor_out_of_range_shows_the_newest_page_with_an_error(admin_client, make_session,
+                                                                 params, says):
+    memory = make_session("short", 5)
+    response = admin_client.get(change_url(memory, **params))
+    assert response.status_code == 200
+    assert response.context["cursor_error"].startswith(says) and says in response.content.decode()
+    assert cursors_on(response) == [1, 2, 3, 4, 5]
+
+
+@pytest.mark.parametrize("params", [{"after": MAX_CURSOR}, {"at": MAX_CURSOR}, {"before": MAX_CURSOR}])
+def test_the_largest_cursor_is_an_empty_page_not_an_error(admin_client, make_session, params):
+    memory = make_session("short", 5)
+    response = admin_client.get(change_url(memory, **params))
+    assert response.status_code == 200 and response.context["cursor_error"] is None
+    if "before" in params:
+        assert cursors_on(response) == [1, 2, 3, 4, 5]
+    else:
+        assert cursors_on(response) == [] and "Go to the newest" in response.content.decode()
+
+
+@pytest.fixture
+def unreadable(db, user, settings):
+    """A session whose messages were encrypted with a key that is no longer configured."""
+    from cryptography.fernet import Fernet
+
+    settings.MEMORY_APP = {"ENCRYPTION_KEYS": [Fernet.generate_key().decode()]}
+    memory = Memory.session("locked", owner=user, title="Locked")
+    memory.add_many([{"role": "user", "content": "secret 4111"}, {"role": "assistant", "content": "ok"}])
+    settings.MEMORY_APP = {"ENCRYPTION_KEYS": [Fernet.generate_key().decode()]}
+    return memory
+
+
+def test_an_unreadable_transcript_is_a_message_on_the_session_page(admin_client, unreadable):
+    response = admin_client.get(change_url(unreadable))
+    assert response.status_code == 200
+    [message] = page_messages(response)
+    assert message.startswith("The transcript cannot be shown:") and "ENCRYPTION_KEYS" in message
+    assert "4111" not in response.content.decode() and cursors_on(response) == []
+    assert response.context["adminform"].form.initial["title"] == "Locked"  # the fields still edit
+
+
+def test_a_store_error_in_a_view_is_a_message_not_a_500(admin_client, unreadable):
+    export = admin_client.get(reverse("admin:memory_app_session_export", args=[unreadable.id]),
+                              follow=True)
+    assert export.status_code == 200
+    assert export.redirect_chain == [(change_url(unreadable), 302)]
+    assert any(m.startswith("The export failed:") and "ENCRYPTION_KEYS" in m
+               for m in page_messages(export))
+
+
+def test_a_store_error_in_an_action_is_a_message_not_a_500(admin_client, unreadable, make_session):
+    other = make_session("plain", 3)
+    response = admin_client.post(CHANGELIST, {
+        "action": "export_json", "_selected_action": [str(unreadable.id), str(other.id)]},
+        follow=True)
+    assert response.status_code == 200 and response.redirect_chain == [(CHANGELIST, 302)]
+    [message] = page_messages(response)
+    assert message.startswith("The action failed:") and "ENCRYPTION_KEYS" in message
+    assert sorted(listed_keys(response)) == ["locked", "plain"]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand
 
 from memory_app import Memory
+from memory_app.management.base import MemoryCommand
 
 DEMO_KEY = "demo-trip-planning"
 
@@ -35,7 +35,7 @@ CONVERSATION = [
 ]
 
 
-class Command(BaseCommand):
+class Command(MemoryCommand):
     help = ("Create the admin login (admin / admin unless DEMO_ADMIN_PASSWORD is set) and a demo "
             "session; --user NAME also creates an API user of that name (idempotent).")
 

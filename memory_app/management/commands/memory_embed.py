@@ -11,25 +11,33 @@ is resumed by running the command again. Creates the model's HNSW index first if
 
 from __future__ import annotations
 
-from django.core.management.base import BaseCommand, CommandError
-from tqdm import tqdm
+from django.core.management.base import CommandError
 
 from memory_app.conf import memory_settings
 from memory_app.exceptions import EmbedderError
+from memory_app.management.base import (
+    MemoryCommand,
+    existing_sessions,
+    non_negative_int,
+    positive_int,
+    progress,
+    session_id,
+)
+from memory_app.models import Message
 from memory_app.providers.embeddings import get_embedder
 from memory_app.services.embedding import count_missing, embed_messages, ensure_hnsw_index
 
 
-class Command(BaseCommand):
+class Command(MemoryCommand):
     help = "Embed messages that have no vector from the configured embedder (resumable)."
 
     def add_arguments(self, parser):
         parser.add_argument("--session", action="append", dest="sessions", metavar="ID",
-                            help="Only this session (repeat for more).")
-        parser.add_argument("--batch-size", type=int, default=None,
+                            type=session_id, help="Only this session (repeat for more).")
+        parser.add_argument("--batch-size", type=positive_int, default=None,
                             help=f"Messages per batch (default EMBED_BATCH_SIZE, "
                                  f"{memory_settings.EMBED_BATCH_SIZE}).")
-        parser.add_argument("--limit", type=int, default=None,
+        parser.add_argument("--limit", type=non_negative_int, default=None,
                             help="Stop after looking at this many messages.")
         parser.add_argument("--reembed", action="store_true",
                             help="Embed again messages that already have a vector.")
@@ -37,10 +45,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, sessions=None, batch_size=None, limit=None, reembed=False,
                no_progress=False, verbosity=1, **options):
-        if batch_size is not None and batch_size < 1:
-            raise CommandError("--batch-size must be at least 1")
-        if limit is not None and limit < 0:
-            raise CommandError("--limit must not be negative")
+        sessions = existing_sessions(sessions)
         embedder = get_embedder()
         try:
             dims = embedder.dimensions
@@ -48,8 +53,6 @@ class Command(BaseCommand):
         except EmbedderError as err:
             raise CommandError(str(err)) from err
         if reembed:
-            from memory_app.models import Message
-
             qs = Message.objects.all()
             if sessions:
                 qs = qs.filter(session_id__in=sessions)
@@ -61,14 +64,15 @@ class Command(BaseCommand):
         if verbosity:
             self.stdout.write(f"{embedder.name} ({dims} dimensions): {todo} messages to embed"
                               + (f", index {index}" if index else ""))
-        # tqdm needs the raw stream: Django's wrapper would end every refresh with a newline.
-        bar = tqdm(total=todo, unit="msg", disable=no_progress or not verbosity,
-                   file=getattr(self.stderr, "_out", self.stderr), mininterval=0.5)
+        # The bar needs the raw stream: Django's wrapper would end every refresh with a newline.
+        bar = progress(total=todo, unit="msg", disable=no_progress or not verbosity,
+                       file=getattr(self.stderr, "_out", self.stderr))
         try:
             stored = embed_messages(session_ids=sessions, replace=reembed, embedder=embedder,
                                     batch_size=batch_size, limit=limit, progress=bar.update)
         except EmbedderError as err:
-            raise CommandError(f"{err} (vectors stored so far are kept; run again to resume)") from err
+            raise CommandError(
+                f"{err} (vectors stored so far are kept; run again to resume)") from err
         finally:
             bar.close()
         if verbosity:

@@ -12,19 +12,18 @@ transaction: all of the owner's rows go, or none.
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 from pathlib import Path
 
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand, CommandError
-from tqdm import tqdm
+from django.core.management.base import CommandError
 
+from memory_app.management.base import MemoryCommand, positive_int, progress
 from memory_app.memory import Memory
 from memory_app.services.owners import owner_summary
 
 
-class Command(BaseCommand):
+class Command(MemoryCommand):
     help = "Export (export USER --out FILE) or erase (erase USER --yes) one owner's memory."
 
     def add_arguments(self, parser):
@@ -37,7 +36,7 @@ class Command(BaseCommand):
             sub.add_argument("--id", action="store_true", help="USER is a primary key.")
             sub.add_argument("--no-progress", action="store_true", help="No progress bar.")
         export.add_argument("--out", required=True, help="File to write; '-' for standard output.")
-        export.add_argument("--batch-size", type=int, default=1000,
+        export.add_argument("--batch-size", type=positive_int, default=1000,
                             help="Messages read per query (default 1000).")
         erase.add_argument("--yes", action="store_true",
                            help="Really erase (without it, only say what would be erased).")
@@ -59,19 +58,17 @@ class Command(BaseCommand):
             raise CommandError(f"no user {user!r}") from None
 
     def _export(self, owner, out: str, batch_size: int, no_progress: bool) -> None:
-        if batch_size < 1:
-            raise CommandError("--batch-size must be at least 1")
+        target = None if out == "-" else _writable_target(out)
         total = owner_summary(owner)
-        with tqdm(total=total["messages"], unit="msg", disable=no_progress or out == "-",
-                  file=sys.stderr) as bar:
+        with progress(total=total["messages"], unit="msg",
+                      disable=no_progress or target is None) as bar:
             chunks = Memory.iter_owner_export(owner, batch_size=batch_size, progress=bar.update)
-            if out == "-":
+            if target is None:
                 for chunk in chunks:
                     self.stdout.write(chunk, ending="")
                 self.stdout.write("")
                 return
-            target = Path(out)
-            fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or ".")
+            fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
             try:
                 with os.fdopen(fd, "w", encoding="utf-8") as fh:
                     for chunk in chunks:
@@ -88,7 +85,7 @@ class Command(BaseCommand):
         what = f"{total['sessions']} session(s) and {total['messages']} message(s) of {owner.get_username()}"
         if not yes:
             raise CommandError(f"would erase {what}; pass --yes to erase them")
-        with tqdm(total=4, unit="table", disable=no_progress, file=sys.stderr) as bar:
+        with progress(total=4, unit="table", disable=no_progress) as bar:
             def step(table: str, rows: int) -> None:
                 bar.set_postfix_str(f"{table}: {rows}")
                 bar.update(1)
@@ -99,3 +96,17 @@ class Command(BaseCommand):
             f"{erased.snapshots} snapshot(s) and {erased.embeddings} embedding(s) of "
             f"{owner.get_username()}."
         )
+
+
+def _writable_target(out: str) -> Path:
+    """The file ``--out`` names, refused up front (before anything is read) when it cannot be
+    written: a missing or read-only folder, or a folder given as the file."""
+    target = Path(out)
+    folder = target.parent
+    if not out.strip() or target.is_dir():
+        raise CommandError(f"--out: {out!r} is not a file name")
+    if not folder.is_dir():
+        raise CommandError(f"--out: no folder {str(folder)!r} to write {target.name!r} in")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise CommandError(f"--out: folder {str(folder)!r} is not writable")
+    return target

@@ -11,33 +11,30 @@ Once it has run, keys after the first may be removed from the list.
 
 from __future__ import annotations
 
-import sys
-
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 from django.db import router, transaction
-from tqdm import tqdm
 
 from memory_app import encryption
+from memory_app.management.base import MemoryCommand, positive_int, progress
 from memory_app.models import Message
 
 
-class Command(BaseCommand):
+class Command(MemoryCommand):
     help = "Re-encrypt stored messages with the newest encryption key (and encrypt plaintext ones)."
 
     def add_arguments(self, parser):
-        parser.add_argument("--batch-size", type=int, default=500, help="Messages per transaction.")
+        parser.add_argument("--batch-size", type=positive_int, default=500,
+                            help="Messages per transaction (default 500).")
         parser.add_argument("--no-progress", action="store_true", help="No progress bar.")
 
     def handle(self, *args, batch_size: int, no_progress: bool, **options):
-        if batch_size < 1:
-            raise CommandError("--batch-size must be at least 1")
         if not encryption.enabled():
             raise CommandError("MEMORY_APP['ENCRYPTION_KEYS'] is empty: there is no key to encrypt with")
         using = router.db_for_write(Message)
         total = Message.objects.using(using).count()
         rewritten = seen = 0
         last_id = 0
-        with tqdm(total=total, unit="msg", disable=no_progress, file=sys.stderr) as bar:
+        with progress(total=total, unit="msg", disable=no_progress) as bar:
             while True:
                 with transaction.atomic(using=using):
                     batch = list(
