@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import uuid
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlencode
@@ -216,7 +217,15 @@ class SessionAdmin(admin.ModelAdmin):
     # -- the views: a store error is a message on the page, never a 500 ----------------------
     @_reported(_to_index)
     def changelist_view(self, request, extra_context=None):
-        # The actions run in here (a POST to the changelist).
+        # The actions run in here (a POST to the changelist): a selection that names no session
+        # (a forged or stale form) is a message on the page, not a database error.
+        if request.method == "POST":
+            selected = request.POST.getlist(admin.helpers.ACTION_CHECKBOX_NAME)
+            bad = [value for value in selected if not _is_uuid(value)]
+            if bad:
+                self.message_user(request, f"No session has the id {bad[0]!r}: nothing was done.",
+                                  messages.ERROR)
+                return HttpResponseRedirect(request.get_full_path())
         return super().changelist_view(request, {"title": "Sessions", **(extra_context or {})})
 
     @_reported(_to_changelist)
@@ -538,6 +547,14 @@ def _describe(outcome: Scheduled) -> str:
     if isinstance(result, int):
         return f"done now (no broker): {result} message(s) embedded."
     return "nothing to do yet (no messages to cover)."
+
+
+def _is_uuid(value: str) -> bool:
+    try:
+        uuid.UUID(value)
+    except (ValueError, TypeError):
+        return False
+    return True
 
 
 # -- helpers for the transcript page ---------------------------------------------------------
