@@ -82,8 +82,10 @@ CELERY_RESULT_BACKEND = None
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Embedding and summarization on queues of their own (MEMORY_APP["TASK_QUEUES"]: memory_embed,
 # memory_summarize), so a backlog of one never starves the other. `celery -A project worker`
-# consumes every queue below; `-Q memory_embed` makes a worker that only embeds.
-CELERY_TASK_ROUTES = ["memory_app.tasks.route_task"]
+# consumes every queue below; `-Q memory_embed` makes a worker that only embeds. (Eager runs
+# without a broker need no routing.)
+if CELERY_BROKER_URL:
+    CELERY_TASK_ROUTES = ["memory_app.tasks.route_task"]
 # Celery beat (`celery -A project beat`): retention and the catch-up sweeps run themselves.
 # Each is safe to run twice at once. MEMORY_BEAT_SECONDS runs them all at that interval instead.
 CELERY_BEAT_SCHEDULE = {
