@@ -37,6 +37,7 @@ from . import validation
 from .exceptions import InvalidCursor, InvalidSession, MemoryStoreError
 from .memory import SessionMemory
 from .models import Message, Session, Snapshot
+from .services import retention
 from .transcript import Page, arrange, coverage
 from .types import Scheduled, SnapshotView
 
@@ -195,7 +196,7 @@ class SessionAdmin(admin.ModelAdmin):
     actions = ("summarize_now", "export_json", "reembed", "clear_sessions", "delete_selected")
 
     fieldsets = (
-        (None, {"fields": ("title", "expires_at")}),
+        (None, {"fields": ("title", "expires_at", "retention_policy")}),
         ("Identity", {"fields": (("key", "namespace"), ("owner", "id"), ("created_at", "updated_at"))}),
         ("Counters", {
             "fields": (("message_count", "token_count"), ("tokens_since_snapshot", "next_seq")),
@@ -205,7 +206,7 @@ class SessionAdmin(admin.ModelAdmin):
     )
     readonly_fields = (
         "id", "key", "namespace", "owner", "created_at", "updated_at", "message_count",
-        "token_count", "tokens_since_snapshot", "next_seq",
+        "token_count", "tokens_since_snapshot", "next_seq", "retention_policy",
     )
     form = SessionForm
     change_form_template = "admin/memory_app/session/change_form.html"
@@ -261,6 +262,13 @@ class SessionAdmin(admin.ModelAdmin):
             in_messages = Exists(Message.objects.filter(session=OuterRef("pk"), content__icontains=bit))
             queryset = queryset.filter(Q(key__icontains=bit) | Q(title__icontains=bit) | in_messages)
         return queryset, False
+
+    @admin.display(description="retention policy")
+    def retention_policy(self, obj: Session) -> str:
+        policy = retention.policy_for(obj.namespace)
+        if not policy:
+            return "none (MEMORY_APP['RETENTION'] has no entry for this namespace)"
+        return ", ".join(f"{key}: {value}" for key, value in policy.items())
 
     @admin.display(description="key", ordering="key")
     def display_key(self, obj: Session) -> str:

@@ -61,7 +61,30 @@ def check_settings(app_configs=None, **kwargs):
     if not isinstance(memory_settings.MAX_MESSAGE_BYTES, int) or memory_settings.MAX_MESSAGE_BYTES <= 0:
         errors.append(Error("MEMORY_APP['MAX_MESSAGE_BYTES'] must be a positive integer", id="memory_app.E003"))
     errors += _check_encryption_keys()
+    errors += _check_retention()
     errors += check_extras()
+    return errors
+
+
+def _check_retention() -> list:
+    """``memory_app.E020``: ``RETENTION`` is not a dict of valid per-namespace policies;
+    ``memory_app.E021``: ``TASK_QUEUES`` is not a dict of queue names."""
+    from .store import policies
+
+    errors = []
+    try:
+        policies.parse(memory_settings.RETENTION)
+    except ValueError as err:
+        errors.append(Error(f"MEMORY_APP: {err}", hint="See memory_app/store/policies.py.",
+                            id="memory_app.E020"))
+    queues = memory_settings.TASK_QUEUES
+    if queues is not None and (not isinstance(queues, dict) or any(
+            kind not in ("embed", "summarize", "maintenance")
+            or not (queue is None or (isinstance(queue, str) and queue))
+            for kind, queue in queues.items())):
+        errors.append(Error("MEMORY_APP['TASK_QUEUES'] must map 'embed', 'summarize' and "
+                            "'maintenance' to queue names (or None: the default queue)",
+                            id="memory_app.E021"))
     return errors
 
 

@@ -109,6 +109,21 @@ DEFAULTS: dict[str, Any] = {
     # Prefix of the lock keys in Redis (followed by the session id).
     "SUMMARIZE_LOCK_PREFIX": "memory_app:summarize:",
 
+    # --- retention and background queues (memory_app.services.retention) ----------------------
+    # Per-namespace retention policy: {"support-bot": {"ttl": "14d", "sliding": True,
+    # "max_messages": 500, "idle": "90d"}, "*": {...}} ("*": every namespace not named). ttl: a
+    # new session expires that long after creation; sliding: each append moves expires_at to
+    # now + ttl (in the append statement itself); max_messages: the retention sweep trims the
+    # oldest messages a snapshot covers beyond it (never system or remembered ones); idle: the
+    # sweep deletes sessions not updated for that long. See memory_app/store/policies.py.
+    "RETENTION": {},
+    # Sessions (or messages) per transaction in the retention and catch-up sweeps.
+    "SWEEP_BATCH_SIZE": 500,
+    # Celery queue per kind of task, for hosts routing with
+    # CELERY_TASK_ROUTES = ["memory_app.tasks.route_task"] (None: the default queue), so a
+    # backlog of embeddings never starves summaries and the other way round.
+    "TASK_QUEUES": {"embed": "memory_embed", "summarize": "memory_summarize", "maintenance": None},
+
     # --- REST API (memory_app.api) ----------------------------------------------------------
     # Permission classes of the API views (dotted paths). Each user sees only their own
     # sessions; "memory_app.api.permissions.StaffSeesAllOwners" lets staff see everyone's.

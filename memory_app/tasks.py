@@ -5,14 +5,20 @@ redelivered or duplicated task is harmless; compaction is keyed by the task id, 
 summarize task saves nothing twice. ``acks_late`` + ``reject_on_worker_lost``: a worker lost
 mid-task leaves the message on the queue for another worker. Provider hiccups are retried with
 exponential backoff and jitter. With no broker the demo project runs them inline.
+
+The sweeps (``prune_expired``, ``apply_retention``, ``sweep_summaries``, ``sweep_embeddings``)
+are for Celery beat: thin wrappers over ``services.retention``, each returning its counts, each
+safe to run twice at once. ``route_task`` sends embedding and summarization to their own queues
+(``MEMORY_APP["TASK_QUEUES"]``) for hosts that set ``CELERY_TASK_ROUTES = ["memory_app.tasks.route_task"]``.
 """
 
 from __future__ import annotations
 
 from celery import Task, shared_task
 
+from .conf import memory_settings
 from .exceptions import SnapshotConflict, SummarizerError, TransientEmbedderError
-from .services import background
+from .services import background, retention
 
 _AT_LEAST_ONCE = {"acks_late": True, "reject_on_worker_lost": True}
 _EMBED_RETRY = {
@@ -68,3 +74,58 @@ def summarize_session(self, session_id: str, keep_recent: int | None = None) -> 
         background.release_summary_lock(session_id, self.request.id)
         background.schedule_summary(session_id, keep_recent=keep_recent)
     return result
+
+
+# ---- sweeps, for Celery beat -----------------------------------------------------------------
+PRUNE_EXPIRED_TASK = "memory_app.prune_expired"
+APPLY_RETENTION_TASK = "memory_app.apply_retention"
+SWEEP_SUMMARIES_TASK = "memory_app.sweep_summaries"
+SWEEP_EMBEDDINGS_TASK = "memory_app.sweep_embeddings"
+
+
+@shared_task(name=PRUNE_EXPIRED_TASK, **_AT_LEAST_ONCE)
+def prune_expired(batch_size: int | None = None) -> dict[str, int]:
+    """Delete expired sessions in batches; the counts of what went."""
+    return retention.prune_expired(batch_size)
+
+
+@shared_task(name=APPLY_RETENTION_TASK, **_AT_LEAST_ONCE)
+def apply_retention(batch_size: int | None = None) -> dict[str, dict]:
+    """Expired and idle sessions go, logs are trimmed to ``max_messages``, per ``RETENTION``."""
+    return retention.apply_retention(batch_size)
+
+
+@shared_task(name=SWEEP_SUMMARIES_TASK, **_AT_LEAST_ONCE)
+def sweep_summaries(batch_size: int | None = None) -> dict[str, int]:
+    """Schedule summaries the after-append trigger missed (sessions over the threshold)."""
+    return retention.sweep_summaries(batch_size)
+
+
+@shared_task(name=SWEEP_EMBEDDINGS_TASK, **_AT_LEAST_ONCE)
+def sweep_embeddings(batch_size: int | None = None) -> dict[str, int]:
+    """Schedule embedding of sessions with messages that have no vector yet."""
+    return retention.sweep_embeddings(batch_size)
+
+
+# ---- routing -----------------------------------------------------------------------------------
+#: The kind of each task, as ``MEMORY_APP["TASK_QUEUES"]`` names its queue.
+TASK_KINDS = {
+    background.EMBED_TASK: "embed",
+    background.REEMBED_TASK: "embed",
+    background.SUMMARIZE_TASK: "summarize",
+    PRUNE_EXPIRED_TASK: "maintenance",
+    APPLY_RETENTION_TASK: "maintenance",
+    SWEEP_SUMMARIES_TASK: "maintenance",
+    SWEEP_EMBEDDINGS_TASK: "maintenance",
+}
+
+
+def route_task(name, args=None, kwargs=None, options=None, task=None, **kw) -> dict | None:
+    """A Celery router (``CELERY_TASK_ROUTES = ["memory_app.tasks.route_task"]``): embedding
+    and summarization tasks to their queues from ``MEMORY_APP["TASK_QUEUES"]``; a kind whose
+    queue is ``None``, and every other task, to the next router or the default queue."""
+    kind = TASK_KINDS.get(name)
+    if kind is None:
+        return None
+    queue = (memory_settings.TASK_QUEUES or {}).get(kind)
+    return {"queue": queue} if queue else None

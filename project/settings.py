@@ -80,6 +80,23 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_TASK_DEFAULT_QUEUE", "memory")
 CELERY_RESULT_BACKEND = None
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Embedding and summarization on queues of their own (MEMORY_APP["TASK_QUEUES"]: memory_embed,
+# memory_summarize), so a backlog of one never starves the other. `celery -A project worker`
+# consumes every queue below; `-Q memory_embed` makes a worker that only embeds. (Eager runs
+# without a broker need no routing.)
+if CELERY_BROKER_URL:
+    CELERY_TASK_ROUTES = ["memory_app.tasks.route_task"]
+# Celery beat (`celery -A project beat`): retention and the catch-up sweeps run themselves.
+# Each is safe to run twice at once. MEMORY_BEAT_SECONDS runs them all at that interval instead.
+CELERY_BEAT_SCHEDULE = {
+    "memory-prune-expired": {"task": "memory_app.prune_expired", "schedule": 5 * 60},
+    "memory-apply-retention": {"task": "memory_app.apply_retention", "schedule": 60 * 60},
+    "memory-sweep-summaries": {"task": "memory_app.sweep_summaries", "schedule": 10 * 60},
+    "memory-sweep-embeddings": {"task": "memory_app.sweep_embeddings", "schedule": 30 * 60},
+}
+if os.environ.get("MEMORY_BEAT_SECONDS"):
+    for _entry in CELERY_BEAT_SCHEDULE.values():
+        _entry["schedule"] = float(os.environ["MEMORY_BEAT_SECONDS"])
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -126,3 +143,15 @@ if os.environ.get("MEMORY_APP_JSON"):
     import json
 
     MEMORY_APP = json.loads(os.environ["MEMORY_APP_JSON"])
+
+# The queues a worker started without -Q consumes: the default one and the app's own.
+try:
+    from kombu import Queue
+except ImportError:  # no [tasks] extra: everything runs inline
+    Queue = None
+if Queue is not None:
+    from memory_app.conf import DEFAULTS as _MEMORY_DEFAULTS
+
+    _MEMORY_QUEUES = {**_MEMORY_DEFAULTS["TASK_QUEUES"], **(MEMORY_APP.get("TASK_QUEUES") or {})}
+    CELERY_TASK_QUEUES = [Queue(name) for name in dict.fromkeys(
+        [CELERY_TASK_DEFAULT_QUEUE, *(q for q in _MEMORY_QUEUES.values() if q)])]

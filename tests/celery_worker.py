@@ -6,6 +6,11 @@ database. Redis is shared with other test runs, so everything this run puts ther
 queue named ``memory-test-<uuid>`` and every kombu key under a ``memory-test-<uuid>:`` prefix
 (unacknowledged-message bookkeeping included). A short visibility timeout makes a task whose
 worker was killed come back within seconds.
+
+Embedding and summarization are routed (``memory_app.tasks.route_task``) by the worker's
+``MEMORY_APP["TASK_QUEUES"]``: to the run's one queue unless a test gives its own. Several workers
+of one run (same ``run``) share its prefix and consume the queues each is given
+(``consumes``), e.g. one for ``queue_for("embed")`` and one for ``queue_for("summarize")``.
 """
 
 from __future__ import annotations
@@ -59,9 +64,17 @@ def wait_until(condition: Callable[[], Any], timeout: float = 20.0, interval: fl
 class CeleryWorker:
     """One worker at a time, restartable after ``kill()``; each start logs to its own file."""
 
-    def __init__(self, *, database: dict[str, Any], memory_app: dict[str, Any], log_dir: Path) -> None:
-        run = uuid.uuid4().hex[:12]
+    def __init__(self, *, database: dict[str, Any], memory_app: dict[str, Any], log_dir: Path,
+                 run: str | None = None, consumes: list[str] | None = None,
+                 name: str = "worker") -> None:
+        run = run or uuid.uuid4().hex[:12]
+        self.run = run
+        self.name = name
         self.queue = f"memory-test-{run}"
+        #: The queues this worker consumes (the run's default queue unless given).
+        self.consumes = list(consumes or [self.queue])
+        memory_app = {"TASK_QUEUES": {"embed": self.queue, "summarize": self.queue, "maintenance": None},
+                      **memory_app}
         self.transport_options = {
             "global_keyprefix": f"memory-test-{run}:",
             "visibility_timeout": VISIBILITY_TIMEOUT,
@@ -86,6 +99,10 @@ class CeleryWorker:
         self.starts = 0
         self.log_path: Path | None = None
 
+    def queue_for(self, kind: str) -> str:
+        """A queue of this run for one kind of task (``"embed"``, ``"summarize"``)."""
+        return f"{self.queue}-{kind}"
+
     # -- lifecycle ----------------------------------------------------------------------------
     @property
     def alive(self) -> bool:
@@ -96,12 +113,12 @@ class CeleryWorker:
         if self.alive:
             raise RuntimeError("a worker is already running")
         self.starts += 1
-        self.log_path = self.log_dir / f"worker-{self.starts}.log"
+        self.log_path = self.log_dir / f"{self.name}-{self.starts}.log"
         log = self.log_path.open("w")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "project", "worker", "--pool=prefork",
              "--concurrency=1", "--loglevel=INFO", "--without-mingle", "--without-gossip", "--without-heartbeat",
-             "-Q", self.queue, "-n", f"{self.queue}-{self.starts}@%h"],
+             "-Q", ",".join(self.consumes), "-n", f"{self.queue}-{self.name}-{self.starts}@%h"],
             cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )
         log.close()
@@ -143,7 +160,7 @@ class CeleryWorker:
         return self.log_path.read_text(errors="replace") if self.log_path else ""
 
     def all_logs(self) -> str:
-        return "".join(p.read_text(errors="replace") for p in sorted(self.log_dir.glob("worker-*.log")))
+        return "".join(p.read_text(errors="replace") for p in sorted(self.log_dir.glob(f"{self.name}-*.log")))
 
     def count(self, needle: str) -> int:
         """Lines containing ``needle`` in the logs of every worker started so far."""
@@ -162,13 +179,15 @@ class CeleryWorker:
         """
         from celery import current_app as app
 
-        keys = ("broker_url", "task_always_eager", "task_default_queue", "broker_transport_options")
+        keys = ("broker_url", "task_always_eager", "task_default_queue", "broker_transport_options",
+                "task_routes")
         saved = {key: app.conf[key] for key in keys}
         app.conf.update(
             broker_url=broker_url or REDIS_URL,
             task_always_eager=False,
             task_default_queue=self.queue,
             broker_transport_options=self.transport_options,
+            task_routes=["memory_app.tasks.route_task"],  # by this process's TASK_QUEUES
         )
         _reset_producer(app)
         try:

@@ -2,7 +2,8 @@
 
 On PostgreSQL an append is one statement: a CTE bumps the session's counters (taking its row
 lock, which serialises concurrent appenders) and inserts the messages with the cursors it
-handed out. Other databases take the same lock with an UPDATE, then bulk-insert, in one
+handed out. The same UPDATE moves ``expires_at`` forward for namespaces whose retention policy
+slides (``store.policies``), so a sliding TTL costs no query of its own. Other databases take the same lock with an UPDATE, then bulk-insert, in one
 transaction. A failed statement rolls both back, so a cursor is never skipped.
 
 The hot paths on PostgreSQL (append, last N, the pages a window reads) skip the ORM's query
@@ -34,7 +35,7 @@ from ..signals import messages_appended
 from ..tokens import count_message
 from ..types import NewMessage, SnapshotView, StoredMessage
 from ..validation import check_count, check_cursor, check_message, check_messages
-from . import sessions, snapshots
+from . import policies, sessions, snapshots
 
 ROW_FIELDS = (
     "seq", "role", "content", "content_parts", "name", "tool_calls", "tool_call_id", "extra",
@@ -150,7 +151,8 @@ class _Statements:
                        message_count = message_count + %(n)s,
                        token_count = token_count + %(tokens)s,
                        tokens_since_snapshot = tokens_since_snapshot + %(tokens)s,
-                       updated_at = %(now)s
+                       updated_at = %(now)s,
+                       {policies.SLIDING_EXPIRY_SQL}
                  WHERE id = %(session)s
              RETURNING next_seq - %(n)s AS first_seq, tokens_since_snapshot
             )
@@ -293,7 +295,9 @@ def _json(value) -> str | None:
 def _insert_postgresql(connection, session_id, messages: list[NewMessage], tokens) -> list[StoredMessage]:
     n = len(messages)
     total = sum(tokens)
-    params = {"n": n, "tokens": total, "now": timezone.now(), "session": session_id}
+    # The namespaces' sliding TTLs travel as one parameter: the statement text stays fixed.
+    params = {"n": n, "tokens": total, "now": timezone.now(), "session": session_id,
+              "ttls": policies.sliding_ttls()}
     if n == 1:
         m = messages[0]
         sql = _sql().append_one
@@ -342,6 +346,11 @@ def _batch_rows(messages: list[NewMessage], tokens: list[int]) -> str:
 
 def _insert_generic(session_id, messages, tokens) -> list[StoredMessage]:
     n = len(messages)
+    now = timezone.now()
+    changes = {}
+    expiry = policies.sliding_expiry(now)  # a CASE on the namespace: still one UPDATE
+    if expiry is not None:
+        changes["expires_at"] = expiry
     with transaction.atomic(using=router.db_for_write(Message)):
         # The UPDATE takes the session's write lock first, so appenders queue here.
         updated = Session.objects.filter(pk=session_id).update(
@@ -349,7 +358,8 @@ def _insert_generic(session_id, messages, tokens) -> list[StoredMessage]:
             message_count=F("message_count") + n,
             token_count=F("token_count") + sum(tokens),
             tokens_since_snapshot=F("tokens_since_snapshot") + sum(tokens),
-            updated_at=timezone.now(),
+            updated_at=now,
+            **changes,
         )
         if not updated:
             raise SessionNotFound(f"session {session_id} does not exist")

@@ -22,6 +22,7 @@ from ..exceptions import SessionExists, SessionNotFound
 from ..models import Embedding, Message, Session, Snapshot
 from ..types import ANY_OWNER, ErasedRows, SessionInfo
 from ..validation import check_metadata, check_metadata_key, check_session_fields
+from . import policies
 
 
 def owner_id(owner: Any) -> Any:
@@ -67,6 +68,9 @@ def create(*, owner: Any, namespace: str | None, key: str, title: str | None = "
     namespace = memory_settings.DEFAULT_NAMESPACE if namespace is None else namespace
     check_session_fields(key=key, namespace=namespace, title=title, metadata=metadata,
                          expires_at=expires_at)
+    if expires_at is None:
+        # The namespace's retention policy (a ttl) decides when a session given no expiry ends.
+        expires_at = policies.initial_expiry(namespace, timezone.now())
     try:
         with transaction.atomic(using=_write_db()):
             return Session.objects.create(

@@ -127,3 +127,29 @@ def prune_covered(session_id) -> int:
         deleted = updates.pop("_deleted")
         Session.objects.filter(pk=session.pk).update(**updates)
         return deleted
+
+
+def trim_covered(session_id, *, keep: int) -> int:
+    """Bound the working log to ``keep`` messages: delete the oldest messages beyond it, but only
+    ones the latest snapshot covers (never system or remembered ones, never a message after
+    the snapshot). Fewer go when fewer are prunable. Returns how many were deleted.
+
+    Takes the session's row lock (re-entrant when the caller already holds it)."""
+    with transaction.atomic(using=router.db_for_write(Message)):
+        session = sessions.lock(session_id)
+        excess = session.message_count - keep
+        if excess <= 0:
+            return 0
+        upto = latest_upto(session.pk)
+        if not upto:
+            return 0
+        oldest = list(_prunable(session.pk, upto).order_by("seq").values_list("pk", "token_count")[:excess])
+        if not oldest:
+            return 0
+        deleted = Message.objects.filter(pk__in=[pk for pk, _ in oldest]).delete()[1].get(
+            Message._meta.label, 0)
+        Session.objects.filter(pk=session.pk).update(
+            message_count=session.message_count - deleted,
+            token_count=session.token_count - sum(tokens for _, tokens in oldest),
+        )
+        return deleted

@@ -476,3 +476,14 @@ def test_a_store_error_in_an_action_is_a_message_not_a_500(admin_client, unreada
     [message] = page_messages(response)
     assert message.startswith("The action failed:") and "ENCRYPTION_KEYS" in message
     assert sorted(listed_keys(response)) == ["locked", "plain"]
+
+
+def test_the_session_page_shows_the_retention_policy_in_force(admin_client, make_session, settings):
+    memory = make_session("kept", 2, namespace="support-bot")
+    settings.MEMORY_APP = {"RETENTION": {"support-bot": {"ttl": "14d", "sliding": True,
+                                                         "max_messages": 500}}}
+    html = admin_client.get(change_url(memory)).content.decode()
+    assert "retention policy" in html.lower()
+    assert "sliding: True" in html and "max_messages: 500" in html
+    other = make_session("free", 2, namespace="other-bot")
+    assert "has no entry for this namespace" in admin_client.get(change_url(other)).content.decode()
