@@ -18,9 +18,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ..exceptions import MemoryStoreError
+from ..exceptions import InvalidSession, MemoryStoreError
 from ..models import Session
-from ..validation import MAX_COUNT
+from ..validation import MAX_COUNT, check_session_fields
 
 _DURATION = re.compile(r"^(\d+)([smhdw])$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
@@ -73,6 +73,15 @@ def non_negative_int(text: str | int) -> int:
     if value > MAX_COUNT:
         raise argparse.ArgumentTypeError(f"must be at most {MAX_COUNT}, not {value}")
     return value
+
+
+def namespace(text: str) -> str:
+    """A namespace as the rule book accepts one (length from the model, no NUL bytes)."""
+    try:
+        check_session_fields(namespace=text)
+    except InvalidSession as err:
+        raise argparse.ArgumentTypeError(err.reason) from None
+    return text
 
 
 def session_id(text: str | uuid.UUID) -> uuid.UUID:

@@ -21,6 +21,7 @@ from django.core.management.base import CommandError
 from memory_app.management.base import MemoryCommand, positive_int, progress
 from memory_app.memory import Memory
 from memory_app.services.owners import owner_summary
+from memory_app.validation import unstorable
 
 
 class Command(MemoryCommand):
@@ -50,6 +51,8 @@ class Command(MemoryCommand):
 
     def _owner(self, user: str, *, by_pk: bool):
         User = get_user_model()
+        if problem := unstorable(user):
+            raise CommandError(f"no user {user!r}: a user name {problem}")
         try:
             if by_pk:
                 return User._default_manager.get(pk=user)

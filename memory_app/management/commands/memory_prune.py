@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.utils import timezone
 
-from memory_app.management.base import MemoryCommand, duration, positive_int, progress
+from memory_app.management.base import MemoryCommand, duration, namespace, positive_int, progress
 from memory_app.models import Session
 from memory_app.store import sessions as session_store
 
@@ -15,7 +15,7 @@ class Command(MemoryCommand):
     def add_arguments(self, parser):
         parser.add_argument("--idle", type=duration,
                             help="Also delete sessions not updated for this long (e.g. 90d).")
-        parser.add_argument("--namespace", help="Only sessions of this namespace.")
+        parser.add_argument("--namespace", type=namespace, help="Only sessions of this namespace.")
         parser.add_argument("--batch-size", type=positive_int, default=500,
                             help="Sessions deleted per transaction (default 500).")
         parser.add_argument("--dry-run", action="store_true",
