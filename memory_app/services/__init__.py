@@ -2,5 +2,6 @@
 
 ``context`` (window rules, pure) and ``windows`` (reading one), ``recall`` (search and recalled
 context), ``embedding`` (vectors and their indexes), ``compaction`` (summaries), ``background``
-(the one way to schedule summaries and embedding), ``owners`` (one owner's export and erase).
+(the one way to schedule summaries and embedding), ``owners`` (one owner's export and erase),
+``retention`` (policies and the sweeps), ``fusion`` (fusing rankings: pure functions).
 """
