@@ -314,6 +314,15 @@ def recall_message(results: Sequence[SearchResult], *, session_id=None,
     return {"role": "system", "content": "\n".join(lines)}
 
 
+def recall_reserve(max_tokens: int, encoding: str) -> int:
+    """Most tokens the recalled block may take of ``max_tokens``: ``RECALL_TOKEN_SHARE`` of it
+    for the recalled lines, plus the fixed cost of the block around them (header, tags, the
+    message's own overhead). A header priced into the share would leave no room for a single
+    result on small budgets (``max_tokens=200`` at 25% is 50 tokens, less than the header)."""
+    share = int(max_tokens * float(memory_settings.RECALL_TOKEN_SHARE))
+    return share + count_message(recall_message(()), encoding)
+
+
 def _normal_text(text: str) -> str:
     return " ".join((text or "").lower().split())
 
@@ -338,6 +347,10 @@ def recall_context(
     up to ``RECALL_TOKEN_SHARE`` of ``max_tokens``; the window gets the rest, and whatever the
     block does not use. Recall is skipped (a plain window) when ``query`` is empty or the
     ``SHOULD_RECALL`` hook declines it.
+
+    The share is for the recalled texts: the block's fixed part (its untrusted-data header and
+    tags, ~70 tokens) comes on top of it, out of the window's part, so a small budget still
+    recalls (see ``recall_reserve``). When ``max_tokens`` cannot hold even that, no recall.
     """
     recall_k = check_recall_k(recall_k)
     if max_tokens is not None:
@@ -347,16 +360,17 @@ def recall_context(
     check_search_filters(scope, roles, mode)
     wanted = bool(recall_k) and isinstance(query, str) and bool(query.strip()) \
         and should_recall().for_query(query)
-    share = float(memory_settings.RECALL_TOKEN_SHARE)
-    reserve = None if max_tokens is None else int(max_tokens * share)
-    first = windows.window(session.pk, max_messages, None if max_tokens is None else max_tokens - (reserve if wanted else 0),
-                       model=model)
+    encoding = encoding_name_for_model(model)
+    reserve = None if max_tokens is None or not wanted else recall_reserve(max_tokens, encoding)
+    if reserve is not None and reserve > max_tokens:
+        wanted, reserve = False, None  # not even the block's header fits: a plain window
+    first = windows.window(session.pk, max_messages, max_tokens if reserve is None else max_tokens - reserve,
+                           model=model)
     if not wanted:
         return RecallWindow(**_fields(first))
 
     candidates = search(session, query, limit=min(1000, recall_k + len(first.messages) + 5),
                         scope=scope, roles=roles, mode=mode)
-    encoding = encoding_name_for_model(model)
 
     def pick(window: Window, budget: int | None) -> tuple[list[SearchResult], dict | None, int]:
         in_window = {c for c in window.cursors if c is not None}
