@@ -111,10 +111,38 @@ def _pending(model_name: str, *, session_ids: Sequence | None = None,
     return qs
 
 
-def count_missing(*, embedder: Embedder | None = None, session_ids: Sequence | None = None) -> int:
-    """Messages without a vector from ``embedder`` (the configured one by default)."""
+def _embeddable(rows: list[tuple], hook) -> list[tuple]:
+    """The rows (``_EMBED_FIELDS``, content decrypted) the ``SHOULD_RECALL`` hook wants embedded."""
+    return [row for row in rows
+            if hook.for_message(StoredMessage(cursor=row[3], role=row[4], content=row[5] or "",
+                                              remember=row[6], id=row[0]))]
+
+
+def _decrypted(rows: list[tuple]) -> list[tuple]:
+    # Embed the plaintext: with encryption at rest the column holds ciphertext.
+    return [(*row[:5], decrypt_text(row[5] or ""), *row[6:]) for row in rows]
+
+
+def count_missing(*, embedder: Embedder | None = None, session_ids: Sequence | None = None,
+                  batch_size: int | None = None) -> int:
+    """Messages ``embed_messages`` would embed: without a vector from ``embedder`` (the
+    configured one by default) and wanted by the ``SHOULD_RECALL`` hook. Messages it declines
+    (no text, bare acknowledgements) are never embedded, so they are not counted as pending.
+
+    The hook is Python, so this reads the pending rows (in batches, content only): the cost of
+    the backfill's own first pass, not of a ``COUNT``.
+    """
     embedder = embedder or get_embedder()
-    return _pending(embedder.name, session_ids=session_ids).count()
+    batch_size = int(batch_size or memory_settings.EMBED_BATCH_SIZE)
+    hook = should_recall()
+    qs = _pending(embedder.name, session_ids=session_ids)
+    total, last_id = 0, 0
+    while True:
+        batch = list(qs.filter(id__gt=last_id).order_by("id").values_list(*_EMBED_FIELDS)[:batch_size])
+        if not batch:
+            return total
+        last_id = batch[-1][0]
+        total += len(_embeddable(_decrypted(batch), hook))
 
 
 def embed_messages(
@@ -134,9 +162,10 @@ def embed_messages(
     session). ``replace`` re-embeds messages that already have a vector (each batch's old
     vectors are swapped for new ones in one transaction). Work goes in batches of
     ``batch_size`` messages, each committed on its own, so an interrupted run loses at most one
-    batch and the next run continues with what is still missing. ``limit`` stops after that
-    many messages were looked at; ``progress(n)`` is called after each batch. Messages the
-    ``SHOULD_RECALL`` hook declines (no text, bare acknowledgements) are skipped.
+    batch and the next run continues with what is still missing. Messages the
+    ``SHOULD_RECALL`` hook declines (no text, bare acknowledgements) are skipped and not
+    counted: ``limit`` stops after that many embeddable messages, ``progress(n)`` is called
+    after each batch with the embeddable ones it held (what ``count_missing`` counts).
     """
     embedder = embedder or get_embedder()
     batch_size = int(batch_size or memory_settings.EMBED_BATCH_SIZE)
@@ -152,14 +181,8 @@ def embed_messages(
         if not batch:
             break
         last_id = batch[-1][0]
-        seen += len(batch)
-        # Embed the plaintext: with encryption at rest the column holds ciphertext.
-        batch = [(*row[:5], decrypt_text(row[5] or ""), *row[6:]) for row in batch]
-        wanted = [
-            row for row in batch
-            if hook.for_message(StoredMessage(cursor=row[3], role=row[4], content=row[5] or "",
-                                              remember=row[6], id=row[0]))
-        ]
+        wanted = _embeddable(_decrypted(batch), hook)
+        seen += len(wanted)
         if wanted:
             vectors = embedder.embed([row[5] or "" for row in wanted])
             dims = len(vectors[0])
@@ -178,7 +201,7 @@ def embed_messages(
                 created = Embedding.objects.bulk_create(objs, ignore_conflicts=True)
             stored += len(created)
         if progress:
-            progress(len(batch))
+            progress(len(wanted))
     return stored
 
 
