@@ -110,8 +110,12 @@ class Memory:
     def import_session(data: dict, *, owner: Any = transfer.FROM_EXPORT, namespace: str | None = None,
                        key: str | None = None) -> SessionMemory:
         """Restore an ``export()`` losslessly (same cursors, snapshots, metadata) as a new session
-        of ``owner`` (default: the owner the export names), checked exactly as an append is."""
-        return SessionMemory(transfer.import_session(data, owner=owner, namespace=namespace, key=key))
+        of ``owner`` (default: the owner the export names), checked exactly as an append is.
+        Its messages are embedded in the background once the import commits, as appended ones
+        are, so they are searchable without a ``memory_embed`` run."""
+        session = transfer.import_session(data, owner=owner, namespace=namespace, key=key)
+        background.schedule_import_embedding(session.pk)
+        return SessionMemory(session)
 
     @staticmethod
     def export_owner(owner) -> dict[str, Any]:
