@@ -26,7 +26,7 @@ from django.db.models import Exists, OuterRef
 
 from ..conf import memory_settings
 from ..encryption import decrypt_text
-from ..exceptions import InvalidSearch
+from ..exceptions import EmbedderError, InvalidSearch
 from ..importance import importance_scorer, should_recall
 from ..models import Embedding, Message
 from ..providers.embeddings import Embedder, get_embedder
@@ -96,16 +96,19 @@ def ensure_hnsw_index(model_name: str, dimensions: int, *, using: str | None = N
     return index
 
 
-_EMBED_FIELDS = ("id", "session_id", "session__owner_id", "seq", "role", "content", "remember")
+_EMBED_FIELDS = ("id", "session_id", "session__owner_id", "seq", "role", "content", "remember",
+                 "created_at")
 
 
 def _pending(model_name: str, *, session_ids: Sequence | None = None,
-             cursors: Sequence[int] | None = None, replace: bool = False):
+             cursors: Sequence[int] | None = None, upto: int | None = None, replace: bool = False):
     qs = Message.objects.exclude(content="")  # nothing to embed (e.g. a bare tool call)
     if session_ids is not None:
         qs = qs.filter(session_id__in=list(session_ids))
     if cursors is not None:
         qs = qs.filter(seq__in=list(cursors))
+    if upto is not None:
+        qs = qs.filter(seq__lte=upto)
     if not replace:
         qs = qs.exclude(Exists(Embedding.objects.filter(message=OuterRef("pk"), model=model_name)))
     return qs
@@ -149,6 +152,7 @@ def embed_messages(
     *,
     session_ids: Sequence | None = None,
     cursors: Sequence[int] | None = None,
+    upto: int | None = None,
     replace: bool = False,
     embedder: Embedder | None = None,
     batch_size: int | None = None,
@@ -158,8 +162,8 @@ def embed_messages(
     """Embed the messages that have no vector from ``embedder`` yet; returns how many vectors
     were written (a concurrent run embedding the same messages may have written some first).
 
-    ``session_ids`` / ``cursors`` narrow the messages (cursors only make sense with one
-    session). ``replace`` re-embeds messages that already have a vector (each batch's old
+    ``session_ids`` / ``cursors`` / ``upto`` (cursors up to it) narrow the messages (cursors
+    only make sense with one session). ``replace`` re-embeds messages that already have a vector (each batch's old
     vectors are swapped for new ones in one transaction). Work goes in batches of
     ``batch_size`` messages, each committed on its own, so an interrupted run loses at most one
     batch and the next run continues with what is still missing. Messages the
@@ -170,7 +174,7 @@ def embed_messages(
     embedder = embedder or get_embedder()
     batch_size = int(batch_size or memory_settings.EMBED_BATCH_SIZE)
     hook = should_recall()
-    qs = _pending(embedder.name, session_ids=session_ids, cursors=cursors, replace=replace)
+    qs = _pending(embedder.name, session_ids=session_ids, cursors=cursors, upto=upto, replace=replace)
     using = router.db_for_write(Embedding)
     index_checked = False
     stored = seen = 0
@@ -190,8 +194,9 @@ def embed_messages(
                 ensure_hnsw_index(embedder.name, dims, using=using)
                 index_checked = True
             objs = [
-                Embedding(message_id=row[0], session_id=row[1], owner_id=row[2],
-                          model=embedder.name, dimensions=dims, vector=vector)
+                Embedding(message_id=row[0], session_id=row[1], owner_id=row[2], cursor=row[3],
+                          role=row[4], message_created_at=row[7], model=embedder.name,
+                          dimensions=dims, vector=vector)
                 for row, vector in zip(wanted, vectors, strict=True)
             ]
             with transaction.atomic(using=using):
@@ -205,6 +210,22 @@ def embed_messages(
     return stored
 
 
+
+
+def promote_before_pruning(session_id, upto: int) -> int:
+    """Long-term memory first, then pruning: embed the messages up to ``upto`` that appends
+    would have embedded (``EMBED_ON_APPEND``) but that have no vector yet (their task has not
+    run, or failed), so pruning them keeps them recallable. Remembered messages are never
+    pruned. Idempotent (one vector per session, cursor and model); returns how many were
+    stored. An embedder failure is logged and leaves those messages unpromoted: pruning goes
+    on (the summary still stands for them)."""
+    if not memory_settings.EMBED_ON_APPEND:
+        return 0
+    try:
+        return embed_messages(session_ids=[session_id], upto=upto)
+    except EmbedderError:
+        logger.exception("could not embed the messages of session %s before pruning them", session_id)
+        return 0
 
 
 def promote_important(session_id, messages: list[StoredMessage]) -> list[StoredMessage]:
