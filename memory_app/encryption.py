@@ -15,6 +15,8 @@ encrypted JSON document) and the ``arguments`` of its tool calls. Each becomes
 lack the prefix) still read as they are. Empty values stay empty. What is not: roles, names, tool
 call ids and function names, metadata, ``extra`` fields, token counts, snapshot summaries and
 pinned messages, and embeddings (vectors computed from the plaintext, which they partly reveal).
+The text an embedding keeps of a pruned message (long-term memory) is the log's stored value,
+copied as it is: ciphertext when the message was encrypted.
 
 The log encrypts in ``encrypt_row`` just before a message is written and decrypts in
 ``decrypt_row`` as a stored row becomes a ``StoredMessage``: everything above the log (windows,

@@ -27,7 +27,7 @@ from .aio import run_write
 from .conf import memory_settings
 from .models import Session
 from .providers.summarizers import Summarizer
-from .services import background, compaction, owners, recall, windows
+from .services import background, compaction, embedding, owners, recall, windows
 from .store import log, sessions, snapshots, transfer
 from .types import (
     ANY_OWNER,
@@ -110,8 +110,12 @@ class Memory:
     def import_session(data: dict, *, owner: Any = transfer.FROM_EXPORT, namespace: str | None = None,
                        key: str | None = None) -> SessionMemory:
         """Restore an ``export()`` losslessly (same cursors, snapshots, metadata) as a new session
-        of ``owner`` (default: the owner the export names), checked exactly as an append is."""
-        return SessionMemory(transfer.import_session(data, owner=owner, namespace=namespace, key=key))
+        of ``owner`` (default: the owner the export names), checked exactly as an append is.
+        Its messages are embedded in the background once the import commits, as appended ones
+        are, so they are searchable without a ``memory_embed`` run."""
+        session = transfer.import_session(data, owner=owner, namespace=namespace, key=key)
+        background.schedule_import_embedding(session.pk)
+        return SessionMemory(session)
 
     @staticmethod
     def export_owner(owner) -> dict[str, Any]:
@@ -279,11 +283,15 @@ class SessionMemory:
         """
         new = check_snapshot(summary, upto=upto, prev=prev, pinned=pinned, model=model,
                              metadata=metadata)
-        return snapshots.save(self.id, new,
-                              prune=memory_settings.PRUNE_COMPACTED if prune is None else bool(prune))
+        prune = memory_settings.PRUNE_COMPACTED if prune is None else bool(prune)
+        if prune:
+            embedding.promote_before_pruning(self.id, new.upto)
+        return snapshots.save(self.id, new, prune=prune)
 
     def prune_compacted(self) -> int:
-        """Delete the messages the latest snapshot stands for (not remembered ones); returns how many."""
+        """Delete the messages the latest snapshot stands for (not remembered ones); returns how
+        many. Their embeddings stay (embedded first when missing): recall still finds them."""
+        embedding.promote_before_pruning(self.id, snapshots.latest_upto(self.id))
         return snapshots.prune_covered(self.id)
 
     def compact(self, keep_recent: int | None = None, summarizer: Summarizer | None = None, *,

@@ -203,13 +203,21 @@ class Snapshot(models.Model):
 class Embedding(models.Model):
     """A message's vector under one embedding model; models of different dimensions coexist.
 
+    It is also the message's long-term memory: ``cursor``, ``role`` and ``message_created_at``
+    are copied here when it is embedded, and ``content`` when pruning removes the log row
+    (``message`` becomes NULL), so recall still finds what a snapshot's summary compressed.
+    Clearing, deleting and erasing a session or owner remove it. There is one per session,
+    cursor and model, so promoting a message twice stores nothing twice.
+
     ``owner`` and ``session`` are copied here so owner-scope search filters without a join.
     The HNSW index is per model (``memory_app.search`` creates a partial index on
     ``vector::vector(dims)`` for each model it meets).
     """
 
     message = models.ForeignKey(
-        Message, verbose_name="message", on_delete=models.CASCADE, related_name="embeddings"
+        Message, verbose_name="message", null=True, blank=True, on_delete=models.SET_NULL,
+        related_name="embeddings",
+        help_text="The log row; empty once pruning removed it (recall then reads the fields below).",
     )
     session = models.ForeignKey(
         Session, verbose_name="session", on_delete=models.CASCADE, related_name="embeddings"
@@ -218,6 +226,14 @@ class Embedding(models.Model):
         settings.AUTH_USER_MODEL, verbose_name="owner", null=True, blank=True,
         on_delete=models.CASCADE, related_name="+",
     )
+    cursor = models.BigIntegerField("cursor", help_text="The message's cursor in its session.")
+    role = models.CharField("role", max_length=16, choices=Role.choices)
+    content = models.TextField(
+        "content", blank=True, default="",
+        help_text="The message's text once its log row is pruned (encrypted as the log's is); "
+                  "empty while the row exists.",
+    )
+    message_created_at = models.DateTimeField("message created", null=True, blank=True)
     model = models.CharField("embedding model", max_length=200)
     dimensions = models.PositiveIntegerField("dimensions")
     vector = VectorField("vector")
@@ -227,7 +243,8 @@ class Embedding(models.Model):
         verbose_name = "embedding"
         verbose_name_plural = "embeddings"
         constraints = [
-            models.UniqueConstraint(fields=["message", "model"], name="memory_embedding_message_model_uniq"),
+            models.UniqueConstraint(fields=["session", "cursor", "model"],
+                                    name="memory_embedding_session_cursor_model_uniq"),
         ]
         indexes = [
             models.Index(fields=["session", "model"], name="memory_embedding_session_idx"),
@@ -235,4 +252,4 @@ class Embedding(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.message_id} [{self.model}]"
+        return f"{self.session_id}#{self.cursor} [{self.model}]"

@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
+import json
+import os
 import uuid
 
 import pytest
 from django.db import connection
+
+from memory_app import conf
+
+# The suite's embedder is the lexical one, fast and deterministic, whatever extras are installed
+# here: the default ("auto") would pick the local model where [local-embeddings] is. Tests that
+# set MEMORY_APP replace the whole dict, so the default itself is pinned for this process, and
+# processes the tests start (workers, servers, appenders) get it through MEMORY_APP_JSON.
+# tests/recall/test_auto_embedder.py sets EMBEDDER="auto" explicitly.
+conf.DEFAULTS["EMBEDDER"] = conf.LEXICAL_EMBEDDER
+os.environ.setdefault("MEMORY_APP_JSON", json.dumps({"EMBEDDER": conf.LEXICAL_EMBEDDER}))
 
 
 def pytest_collection_modifyitems(config, items):
@@ -102,6 +114,7 @@ def _celery_worker(tmp_path_factory, django_db_setup, _openai_server):
         database=connection.settings_dict,
         # The worker's MEMORY_APP; tests sending to it use the same settings.
         memory_app={
+            "EMBEDDER": conf.LEXICAL_EMBEDDER,
             "OPENAI": {"base_url": _openai_server.base_url, "api_key": "test", "max_retries": 0,
                        "timeout": 20},
             "SUMMARIZER": "memory_app.providers.summarizers.OpenAISummarizer",

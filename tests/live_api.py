@@ -187,7 +187,8 @@ class Gunicorn:
             "CONN_MAX_AGE": str(conn_max_age),
             "CONN_HEALTH_CHECKS": "1" if health_checks else "0",
             "CELERY_BROKER_URL": "",
-            "MEMORY_APP_JSON": json.dumps({"SUMMARIZE_THRESHOLD_TOKENS": None, "EMBED_ON_APPEND": False}),
+            "MEMORY_APP_JSON": json.dumps({"SUMMARIZE_THRESHOLD_TOKENS": None, "EMBED_ON_APPEND": False,
+                                           "EMBEDDER": "memory_app.providers.embeddings.LexicalEmbedder"}),
             "MEMORY_LOG_LEVEL": "ERROR",
         }
         self.args = [PYTHON, "-m", "gunicorn", "project.wsgi", "--bind", f"127.0.0.1:{self.port}",

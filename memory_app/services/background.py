@@ -22,9 +22,11 @@ import uuid
 from contextlib import contextmanager
 from typing import Any
 
+from django.db import router, transaction
+
 from ..conf import memory_settings
 from ..exceptions import SessionNotFound, SnapshotConflict, SummarizerError
-from ..models import Session
+from ..models import Message, Session
 from ..store import snapshots
 from ..types import Scheduled
 from . import compaction, embedding
@@ -213,6 +215,22 @@ def schedule_embedding(session_id, *, cursors: list[int] | None = None, reembed:
                        session_id, exc_info=True)
         return Scheduled("failed", task_id, error=str(err))
     return Scheduled("queued", task_id)
+
+
+def schedule_import_embedding(session_id, *, using: str | None = None) -> None:
+    """Once the transaction that imported a session commits, embed its messages as appends
+    would have been: all of them (``EMBED_ON_APPEND``) or the remembered ones. Never raises
+    (a failure leaves them for ``memory_embed``)."""
+    def embed() -> None:
+        if memory_settings.EMBED_ON_APPEND:
+            schedule_embedding(session_id)  # every missing vector the SHOULD_RECALL hook wants
+            return
+        cursors = list(Message.objects.filter(session_id=session_id, remember=True)
+                       .order_by("seq").values_list("seq", flat=True))
+        if cursors:
+            schedule_embedding(session_id, cursors=cursors)
+
+    transaction.on_commit(embed, using=using or router.db_for_write(Message), robust=True)
 
 
 # ---- the threshold -------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ from ..store import log, snapshots
 from ..store.snapshots import IDEMPOTENCY_KEY
 from ..types import SnapshotView, StoredMessage
 from ..validation import MAX_COUNT, check_keep_recent, check_snapshot
+from . import embedding
 
 logger = logging.getLogger(__name__)
 
@@ -133,6 +134,8 @@ def compact(
             new = check_snapshot(summary.strip(), upto=covered[-1].cursor, prev=previous,
                                  pinned=previous.pinned if previous else (),
                                  model=getattr(summarizer, "model", "") or "", metadata=metadata)
+            if memory_settings.PRUNE_COMPACTED:
+                embedding.promote_before_pruning(session_id, new.upto)
             return snapshots.save(session_id, new, prune=memory_settings.PRUNE_COMPACTED)
         except SnapshotConflict as err:
             conflict = err

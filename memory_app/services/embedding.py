@@ -26,7 +26,7 @@ from django.db.models import Exists, OuterRef
 
 from ..conf import memory_settings
 from ..encryption import decrypt_text
-from ..exceptions import InvalidSearch
+from ..exceptions import EmbedderError, InvalidSearch
 from ..importance import importance_scorer, should_recall
 from ..models import Embedding, Message
 from ..providers.embeddings import Embedder, get_embedder
@@ -96,31 +96,63 @@ def ensure_hnsw_index(model_name: str, dimensions: int, *, using: str | None = N
     return index
 
 
-_EMBED_FIELDS = ("id", "session_id", "session__owner_id", "seq", "role", "content", "remember")
+_EMBED_FIELDS = ("id", "session_id", "session__owner_id", "seq", "role", "content", "remember",
+                 "created_at")
 
 
 def _pending(model_name: str, *, session_ids: Sequence | None = None,
-             cursors: Sequence[int] | None = None, replace: bool = False):
+             cursors: Sequence[int] | None = None, upto: int | None = None, replace: bool = False):
     qs = Message.objects.exclude(content="")  # nothing to embed (e.g. a bare tool call)
     if session_ids is not None:
         qs = qs.filter(session_id__in=list(session_ids))
     if cursors is not None:
         qs = qs.filter(seq__in=list(cursors))
+    if upto is not None:
+        qs = qs.filter(seq__lte=upto)
     if not replace:
         qs = qs.exclude(Exists(Embedding.objects.filter(message=OuterRef("pk"), model=model_name)))
     return qs
 
 
-def count_missing(*, embedder: Embedder | None = None, session_ids: Sequence | None = None) -> int:
-    """Messages without a vector from ``embedder`` (the configured one by default)."""
+def _embeddable(rows: list[tuple], hook) -> list[tuple]:
+    """The rows (``_EMBED_FIELDS``, content decrypted) the ``SHOULD_RECALL`` hook wants embedded."""
+    return [row for row in rows
+            if hook.for_message(StoredMessage(cursor=row[3], role=row[4], content=row[5] or "",
+                                              remember=row[6], id=row[0]))]
+
+
+def _decrypted(rows: list[tuple]) -> list[tuple]:
+    # Embed the plaintext: with encryption at rest the column holds ciphertext.
+    return [(*row[:5], decrypt_text(row[5] or ""), *row[6:]) for row in rows]
+
+
+def count_missing(*, embedder: Embedder | None = None, session_ids: Sequence | None = None,
+                  batch_size: int | None = None) -> int:
+    """Messages ``embed_messages`` would embed: without a vector from ``embedder`` (the
+    configured one by default) and wanted by the ``SHOULD_RECALL`` hook. Messages it declines
+    (no text, bare acknowledgements) are never embedded, so they are not counted as pending.
+
+    The hook is Python, so this reads the pending rows (in batches, content only): the cost of
+    the backfill's own first pass, not of a ``COUNT``.
+    """
     embedder = embedder or get_embedder()
-    return _pending(embedder.name, session_ids=session_ids).count()
+    batch_size = int(batch_size or memory_settings.EMBED_BATCH_SIZE)
+    hook = should_recall()
+    qs = _pending(embedder.name, session_ids=session_ids)
+    total, last_id = 0, 0
+    while True:
+        batch = list(qs.filter(id__gt=last_id).order_by("id").values_list(*_EMBED_FIELDS)[:batch_size])
+        if not batch:
+            return total
+        last_id = batch[-1][0]
+        total += len(_embeddable(_decrypted(batch), hook))
 
 
 def embed_messages(
     *,
     session_ids: Sequence | None = None,
     cursors: Sequence[int] | None = None,
+    upto: int | None = None,
     replace: bool = False,
     embedder: Embedder | None = None,
     batch_size: int | None = None,
@@ -130,18 +162,19 @@ def embed_messages(
     """Embed the messages that have no vector from ``embedder`` yet; returns how many vectors
     were written (a concurrent run embedding the same messages may have written some first).
 
-    ``session_ids`` / ``cursors`` narrow the messages (cursors only make sense with one
-    session). ``replace`` re-embeds messages that already have a vector (each batch's old
+    ``session_ids`` / ``cursors`` / ``upto`` (cursors up to it) narrow the messages (cursors
+    only make sense with one session). ``replace`` re-embeds messages that already have a vector (each batch's old
     vectors are swapped for new ones in one transaction). Work goes in batches of
     ``batch_size`` messages, each committed on its own, so an interrupted run loses at most one
-    batch and the next run continues with what is still missing. ``limit`` stops after that
-    many messages were looked at; ``progress(n)`` is called after each batch. Messages the
-    ``SHOULD_RECALL`` hook declines (no text, bare acknowledgements) are skipped.
+    batch and the next run continues with what is still missing. Messages the
+    ``SHOULD_RECALL`` hook declines (no text, bare acknowledgements) are skipped and not
+    counted: ``limit`` stops after that many embeddable messages, ``progress(n)`` is called
+    after each batch with the embeddable ones it held (what ``count_missing`` counts).
     """
     embedder = embedder or get_embedder()
     batch_size = int(batch_size or memory_settings.EMBED_BATCH_SIZE)
     hook = should_recall()
-    qs = _pending(embedder.name, session_ids=session_ids, cursors=cursors, replace=replace)
+    qs = _pending(embedder.name, session_ids=session_ids, cursors=cursors, upto=upto, replace=replace)
     using = router.db_for_write(Embedding)
     index_checked = False
     stored = seen = 0
@@ -152,14 +185,8 @@ def embed_messages(
         if not batch:
             break
         last_id = batch[-1][0]
-        seen += len(batch)
-        # Embed the plaintext: with encryption at rest the column holds ciphertext.
-        batch = [(*row[:5], decrypt_text(row[5] or ""), *row[6:]) for row in batch]
-        wanted = [
-            row for row in batch
-            if hook.for_message(StoredMessage(cursor=row[3], role=row[4], content=row[5] or "",
-                                              remember=row[6], id=row[0]))
-        ]
+        wanted = _embeddable(_decrypted(batch), hook)
+        seen += len(wanted)
         if wanted:
             vectors = embedder.embed([row[5] or "" for row in wanted])
             dims = len(vectors[0])
@@ -167,8 +194,9 @@ def embed_messages(
                 ensure_hnsw_index(embedder.name, dims, using=using)
                 index_checked = True
             objs = [
-                Embedding(message_id=row[0], session_id=row[1], owner_id=row[2],
-                          model=embedder.name, dimensions=dims, vector=vector)
+                Embedding(message_id=row[0], session_id=row[1], owner_id=row[2], cursor=row[3],
+                          role=row[4], message_created_at=row[7], model=embedder.name,
+                          dimensions=dims, vector=vector)
                 for row, vector in zip(wanted, vectors, strict=True)
             ]
             with transaction.atomic(using=using):
@@ -178,10 +206,26 @@ def embed_messages(
                 created = Embedding.objects.bulk_create(objs, ignore_conflicts=True)
             stored += len(created)
         if progress:
-            progress(len(batch))
+            progress(len(wanted))
     return stored
 
 
+
+
+def promote_before_pruning(session_id, upto: int) -> int:
+    """Long-term memory first, then pruning: embed the messages up to ``upto`` that appends
+    would have embedded (``EMBED_ON_APPEND``) but that have no vector yet (their task has not
+    run, or failed), so pruning them keeps them recallable. Remembered messages are never
+    pruned. Idempotent (one vector per session, cursor and model); returns how many were
+    stored. An embedder failure is logged and leaves those messages unpromoted: pruning goes
+    on (the summary still stands for them)."""
+    if not memory_settings.EMBED_ON_APPEND:
+        return 0
+    try:
+        return embed_messages(session_ids=[session_id], upto=upto)
+    except EmbedderError:
+        logger.exception("could not embed the messages of session %s before pruning them", session_id)
+        return 0
 
 
 def promote_important(session_id, messages: list[StoredMessage]) -> list[StoredMessage]:

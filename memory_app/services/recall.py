@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from django.db import connections, router, transaction
+from django.db.models import Q
 
 from ..conf import memory_settings
 from ..encryption import decrypt_text
@@ -37,9 +38,9 @@ from ..exceptions import InvalidSearch
 from ..importance import should_recall
 from ..models import Embedding, Message, Session
 from ..providers.embeddings import Embedder, get_embedder
-from ..store.log import rows as message_rows
+from ..store.log import ROW_FIELDS, from_row
 from ..tokens import count_message, encoding_name_for_model
-from ..types import RecallWindow, SearchResult, Window
+from ..types import RecallWindow, SearchResult, StoredMessage, Window
 from ..validation import check_count, check_recall_k, check_search, check_search_filters
 from . import windows
 from .embedding import sql_literal, vector_type
@@ -47,6 +48,9 @@ from .embedding import sql_literal, vector_type
 #: Text search configuration of the full-text index (migration 0002) and of every query: they
 #: must be the same expression for PostgreSQL to use the index.
 FULLTEXT_CONFIG = "english"
+
+#: ``Embedding.cursor``, quoted (CURSOR is an SQL keyword).
+CURSOR = '"cursor"'
 
 
 def search(
@@ -67,7 +71,7 @@ def search(
     """
     query, limit, scope, roles, mode = check_search(query, limit, scope, roles, mode)
     using = router.db_for_read(Message)
-    rankings: dict[str, list[tuple[int, uuid.UUID, float]]] = {}
+    rankings: dict[str, list[tuple[Turn, float]]] = {}
     depth = limit if mode != "hybrid" else max(limit, int(memory_settings.HYBRID_CANDIDATES))
     if mode in ("vector", "hybrid"):
         embedder = embedder or get_embedder()
@@ -77,22 +81,50 @@ def search(
         rankings["fulltext"] = _fulltext_ranking(session, query, depth, scope, roles, using)
 
     if mode == "hybrid":
-        fused = reciprocal_rank_fusion(
-            {name: [hit[0] for hit in hits] for name, hits in rankings.items()},
+        picked = reciprocal_rank_fusion(
+            {name: [turn for turn, _score in hits] for name, hits in rankings.items()},
             k=memory_settings.RRF_K,
         )[:limit]
-        sessions = {hit[0]: hit[1] for hits in rankings.values() for hit in hits}
-        picked = [(mid, sessions[mid], score, ranks) for mid, score, ranks in fused]
     else:
-        hits = rankings[mode]
-        picked = [(mid, sid, score, {mode: i + 1}) for i, (mid, sid, score) in enumerate(hits[:limit])]
+        picked = [(turn, score, {mode: i + 1}) for i, (turn, score) in enumerate(rankings[mode][:limit])]
 
-    found = {m.id: m for m in message_rows(Message.objects.using(using).filter(id__in=[p[0] for p in picked]))}
+    found = _turns([turn for turn, _score, _ranks in picked], using)
     return [
-        SearchResult(message=found[mid], score=score, session_id=sid, ranks=ranks)
-        for mid, sid, score, ranks in picked
-        if mid in found  # deleted between the ranking and this read
+        SearchResult(message=found[turn], score=score, session_id=turn[0], ranks=ranks)
+        for turn, score, ranks in picked
+        if turn in found  # deleted between the ranking and this read
     ]
+
+
+#: A message's place: ``(session id, cursor)``. Rankings name turns by it, not by the log row's
+#: id, because a pruned message has no row: its embedding stands for it.
+Turn = tuple[uuid.UUID, int]
+
+
+def _turns(turns: Sequence[Turn], using: str) -> dict[Turn, StoredMessage]:
+    """The messages at these places: the log's rows, and for pruned ones what their embedding
+    kept (role, text decrypted, cursor, creation time; no id, metadata or tool calls)."""
+    if not turns:
+        return {}
+    by_session: dict[uuid.UUID, list[int]] = {}
+    for sid, cursor in turns:
+        by_session.setdefault(sid, []).append(cursor)
+    where = Q()
+    for sid, cursors in by_session.items():
+        where |= Q(session_id=sid, seq__in=cursors)
+    rows = Message.objects.using(using).filter(where).values_list("session_id", *ROW_FIELDS)
+    found = {(row[0], row[1]): from_row(row[1:]) for row in rows}
+    missing = [turn for turn in turns if turn not in found]
+    if missing:
+        where = Q()
+        for sid, cursor in missing:
+            where |= Q(session_id=sid, cursor=cursor)
+        kept = (Embedding.objects.using(using).filter(where, message__isnull=True)
+                .values_list("session_id", "cursor", "role", "content", "message_created_at"))
+        for sid, cursor, role, content, created_at in kept:
+            found.setdefault((sid, cursor), StoredMessage(
+                cursor=cursor, role=role, content=decrypt_text(content or ""), created_at=created_at))
+    return found
 
 
 def reciprocal_rank_fusion(rankings: dict[str, list], *, k: int = 60) -> list[tuple[Any, float, dict[str, int]]]:
@@ -123,22 +155,21 @@ def _vector_literal(vector: Sequence[float]) -> str:
 
 
 def _vector_ranking(session: Session, vector: list[float], model_name: str, limit: int,
-                    scope: str, roles, using: str) -> list[tuple[int, uuid.UUID, float]]:
-    """``(message id, session id, cosine similarity)`` best first."""
+                    scope: str, roles, using: str) -> list[tuple[Turn, float]]:
+    """``((session id, cursor), cosine similarity)`` best first, pruned messages included (their
+    embeddings keep cursor and role)."""
     connection = connections[using]
     if connection.vendor != "postgresql":
         return _vector_ranking_python(session, vector, model_name, limit, scope, roles, using)
     emb = connection.ops.quote_name(Embedding._meta.db_table)
-    msg = connection.ops.quote_name(Message._meta.db_table)
-    join, role_sql, role_params = "", "", []
+    role_sql, role_params = "", []
     if roles is not None:
-        join = f"JOIN {msg} m ON m.id = e.message_id"
-        role_sql, role_params = "AND m.role = ANY(%s)", [list(roles)]
+        role_sql, role_params = "AND e.role = ANY(%s)", [list(roles)]
     literal = _vector_literal(vector)
     if scope == "session":
         # Exact: the session's vectors are few; the uncast column keeps the HNSW index out.
-        sql = (f"SELECT e.message_id, e.session_id, e.vector <=> %s::vector AS distance "
-               f"FROM {emb} e {join} WHERE e.session_id = %s AND e.model = %s {role_sql} "
+        sql = (f"SELECT e.session_id, e.{CURSOR}, e.vector <=> %s::vector AS distance "
+               f"FROM {emb} e WHERE e.session_id = %s AND e.model = %s {role_sql} "
                f"ORDER BY distance LIMIT %s")
         params = [literal, session.pk, model_name, *role_params, limit]
         with connection.cursor() as cursor:
@@ -154,16 +185,16 @@ def _vector_ranking(session: Session, vector: list[float], model_name: str, limi
         # The same expression and predicate as the partial index, so the planner can use it;
         # relaxed_order may return rows slightly out of order, hence the outer ORDER BY.
         sql = (f"WITH hits AS MATERIALIZED ("
-               f"SELECT e.message_id, e.session_id, {distance} AS distance "
-               f"FROM {emb} e {join} WHERE e.model = {sql_literal(model_name)} AND {owner_sql} "
+               f"SELECT e.session_id, e.{CURSOR} AS turn, {distance} AS distance "
+               f"FROM {emb} e WHERE e.model = {sql_literal(model_name)} AND {owner_sql} "
                f"{role_sql} ORDER BY {distance} LIMIT %s) "
-               f"SELECT message_id, session_id, distance FROM hits ORDER BY distance")
+               f"SELECT session_id, turn, distance FROM hits ORDER BY distance")
         params = [literal, *owner_params, *role_params, literal, limit]
         with transaction.atomic(using=using), connection.cursor() as cursor:
             apply_hnsw_settings(cursor)
             cursor.execute(sql, params)
             hits = cursor.fetchall()
-    return [(mid, sid, 1.0 - float(distance)) for mid, sid, distance in hits]
+    return [((sid, cursor), 1.0 - float(distance)) for sid, cursor, distance in hits]
 
 
 def apply_hnsw_settings(cursor) -> None:
@@ -199,8 +230,8 @@ def _vector_ranking_python(session, vector, model_name, limit, scope, roles, usi
     else:
         qs = qs.filter(owner_id=session.owner_id)
     if roles is not None:
-        qs = qs.filter(message__role__in=list(roles))
-    stored = list(qs.values_list("message_id", "session_id", "vector"))
+        qs = qs.filter(role__in=list(roles))
+    stored = list(qs.values_list("session_id", "cursor", "vector"))
     if not stored:
         return []
     matrix = np.asarray([np.asarray(v, dtype=np.float64) for _, _, v in stored])
@@ -208,49 +239,65 @@ def _vector_ranking_python(session, vector, model_name, limit, scope, roles, usi
     norms = np.linalg.norm(matrix, axis=1) * (np.linalg.norm(query) or 1.0)
     similarity = matrix @ query / np.where(norms == 0, 1.0, norms)
     order = np.argsort(-similarity, kind="stable")[:limit]
-    return [(stored[i][0], stored[i][1], float(similarity[i])) for i in order]
+    return [((stored[i][0], stored[i][1]), float(similarity[i])) for i in order]
 
 
 def _fulltext_ranking(session: Session, query: str, limit: int, scope: str, roles,
-                      using: str) -> list[tuple[int, uuid.UUID, float]]:
-    """``(message id, session id, rank)`` best first."""
+                      using: str) -> list[tuple[Turn, float]]:
+    """``((session id, cursor), rank)`` best first: the log's messages, and the texts pruned
+    messages' embeddings kept (one per turn, whatever the number of models)."""
     connection = connections[using]
     if connection.vendor != "postgresql":
         return _fulltext_ranking_python(session, query, limit, scope, roles, using)
     msg = connection.ops.quote_name(Message._meta.db_table)
+    emb = connection.ops.quote_name(Embedding._meta.db_table)
     ses = connection.ops.quote_name(Session._meta.db_table)
     config = sql_literal(FULLTEXT_CONFIG)
-    # The exact expression of the GIN index (migration 0002).
-    document = f"to_tsvector({config}::regconfig, m.content)"
-    where, params = [], []
-    join = ""
-    if scope == "session":
-        where.append("m.session_id = %s")
-        params.append(session.pk)
-    else:
-        join = f"JOIN {ses} s ON s.id = m.session_id"
-        owner_sql, owner_params = _owner_clause(session, "s.owner_id", namespace_sql="s.namespace = %s")
-        where.append(owner_sql)
-        params += owner_params
-    if roles is not None:
-        where.append("m.role = ANY(%s)")
-        params.append(list(roles))
+
+    def matches(alias: str) -> tuple[str, str, list, list]:
+        """The document (the exact expression of a GIN index: migration 0002 for messages,
+        0004 for pruned ones' embeddings), a join and the scope's conditions."""
+        where, params, join = [], [], ""
+        if scope == "session":
+            where.append(f"{alias}.session_id = %s")
+            params.append(session.pk)
+        else:
+            join = f"JOIN {ses} s ON s.id = {alias}.session_id"
+            owner_sql, owner_params = _owner_clause(session, "s.owner_id", namespace_sql="s.namespace = %s")
+            where.append(owner_sql)
+            params += owner_params
+        if roles is not None:
+            where.append(f"{alias}.role = ANY(%s)")
+            params.append(list(roles))
+        return f"to_tsvector({config}::regconfig, {alias}.content)", join, where, params
+
+    m_doc, m_join, m_where, m_params = matches("m")
+    e_doc, e_join, e_where, e_params = matches("e")
     any_word = memory_settings.FULLTEXT_MATCH == "any"
     # "any": OR the words websearch_to_tsquery ANDs (quoted phrases stay phrases); queries with
     # a negation keep websearch's meaning. ts_rank without length normalisation ranks messages
-    # matching more (and more often repeated) query words first.
+    # matching more (and more often repeated) query words first. Equal ranks: newest first.
+    # The query is used by both branches: NOT MATERIALIZED keeps it inlined in each, so each
+    # can use its GIN index.
     sql = (
         f"WITH parsed AS (SELECT websearch_to_tsquery({config}::regconfig, %s) AS q), "
-        f"tsq AS (SELECT CASE WHEN %s AND strpos(q::text, '!') = 0 "
-        f"THEN replace(q::text, ' & ', ' | ')::tsquery ELSE q END AS q FROM parsed) "
-        f"SELECT m.id, m.session_id, ts_rank({document}, tsq.q) AS rank "
-        f"FROM {msg} m {join} CROSS JOIN tsq "
-        f"WHERE {document} @@ tsq.q AND {' AND '.join(where)} "
-        f"ORDER BY rank DESC, m.id DESC LIMIT %s"
+        f"tsq AS NOT MATERIALIZED (SELECT CASE WHEN %s AND strpos(q::text, '!') = 0 "
+        f"THEN replace(q::text, ' & ', ' | ')::tsquery ELSE q END AS q FROM parsed), "
+        f"found AS ("
+        f"SELECT m.session_id, m.seq AS turn, m.created_at AS at, ts_rank({m_doc}, tsq.q) AS rank "
+        f"FROM {msg} m {m_join} CROSS JOIN tsq "
+        f"WHERE {m_doc} @@ tsq.q AND {' AND '.join(m_where)} "
+        f"UNION ALL "
+        f"SELECT DISTINCT ON (e.session_id, e.{CURSOR}) e.session_id, e.{CURSOR}, "
+        f"e.message_created_at, ts_rank({e_doc}, tsq.q) "
+        f"FROM {emb} e {e_join} CROSS JOIN tsq "
+        f"WHERE e.message_id IS NULL AND {e_doc} @@ tsq.q AND {' AND '.join(e_where)}) "
+        f"SELECT session_id, turn, rank FROM found "
+        f"ORDER BY rank DESC, at DESC NULLS LAST, turn DESC, session_id LIMIT %s"
     )
     with connection.cursor() as cursor:
-        cursor.execute(sql, [query, any_word, *params, limit])
-        return [(mid, sid, float(rank)) for mid, sid, rank in cursor.fetchall()]
+        cursor.execute(sql, [query, any_word, *m_params, *e_params, limit])
+        return [((sid, turn), float(rank)) for sid, turn, rank in cursor.fetchall()]
 
 
 _TERM = re.compile(r"[^\W_]+", re.UNICODE)
@@ -269,17 +316,22 @@ def _fulltext_ranking_python(session, query, limit, scope, roles, using):
     wanted = _terms(query)
     if not wanted:
         return []
-    qs = _scope_filter(Message.objects.using(using), session, scope, roles)
     need = len(wanted) if memory_settings.FULLTEXT_MATCH == "all" else 1
+    texts = list(_scope_filter(Message.objects.using(using), session, scope, roles)
+                 .values_list("session_id", "seq", "content", "created_at"))
+    pruned = (_scope_filter(Embedding.objects.using(using), session, scope, roles)
+              .filter(message__isnull=True)
+              .values_list("session_id", "cursor", "content", "message_created_at"))
+    texts += list({(sid, cursor): (sid, cursor, content, at) for sid, cursor, content, at in pruned}.values())
     scored = []
-    for mid, sid, content in qs.values_list("id", "session_id", "content").iterator():
+    for sid, cursor, content, at in texts:
         terms = _terms(decrypt_text(content or ""))
         shared = len(wanted & terms)
         if shared >= need:
             # More shared words first; among equals, shorter messages (denser matches).
-            scored.append((shared / (1.0 + math.log1p(len(terms))), mid, sid))
-    scored.sort(key=lambda s: (-s[0], -s[1]))
-    return [(mid, sid, score) for score, mid, sid in scored[:limit]]
+            scored.append((shared / (1.0 + math.log1p(len(terms))), at, cursor, (sid, cursor)))
+    scored.sort(key=lambda s: (-s[0], -(s[1].timestamp() if s[1] else 0), -s[2]))
+    return [(turn, score) for score, _at, _cursor, turn in scored[:limit]]
 
 
 # ================================================================================================
@@ -315,6 +367,15 @@ def recall_message(results: Sequence[SearchResult], *, session_id=None,
     return {"role": "system", "content": "\n".join(lines)}
 
 
+def recall_reserve(max_tokens: int, encoding: str) -> int:
+    """Most tokens the recalled block may take of ``max_tokens``: ``RECALL_TOKEN_SHARE`` of it
+    for the recalled lines, plus the fixed cost of the block around them (header, tags, the
+    message's own overhead). A header priced into the share would leave no room for a single
+    result on small budgets (``max_tokens=200`` at 25% is 50 tokens, less than the header)."""
+    share = int(max_tokens * float(memory_settings.RECALL_TOKEN_SHARE))
+    return share + count_message(recall_message(()), encoding)
+
+
 def _normal_text(text: str) -> str:
     return " ".join((text or "").lower().split())
 
@@ -339,6 +400,10 @@ def recall_context(
     up to ``RECALL_TOKEN_SHARE`` of ``max_tokens``; the window gets the rest, and whatever the
     block does not use. Recall is skipped (a plain window) when ``query`` is empty or the
     ``SHOULD_RECALL`` hook declines it.
+
+    The share is for the recalled texts: the block's fixed part (its untrusted-data header and
+    tags, ~70 tokens) comes on top of it, out of the window's part, so a small budget still
+    recalls (see ``recall_reserve``). When ``max_tokens`` cannot hold even that, no recall.
     """
     recall_k = check_recall_k(recall_k)
     if max_tokens is not None:
@@ -351,16 +416,17 @@ def recall_context(
     if query and query.strip():
         check_search(query, 1, scope, roles, mode)  # length, NUL bytes: the search's own rules
     wanted = bool(recall_k) and bool(query and query.strip()) and should_recall().for_query(query)
-    share = float(memory_settings.RECALL_TOKEN_SHARE)
-    reserve = None if max_tokens is None else int(max_tokens * share)
-    first = windows.window(session.pk, max_messages, None if max_tokens is None else max_tokens - (reserve if wanted else 0),
-                       model=model)
+    encoding = encoding_name_for_model(model)
+    reserve = None if max_tokens is None or not wanted else recall_reserve(max_tokens, encoding)
+    if reserve is not None and reserve > max_tokens:
+        wanted, reserve = False, None  # not even the block's header fits: a plain window
+    first = windows.window(session.pk, max_messages, max_tokens if reserve is None else max_tokens - reserve,
+                           model=model)
     if not wanted:
         return RecallWindow(**_fields(first))
 
     candidates = search(session, query, limit=min(1000, recall_k + len(first.messages) + 5),
                         scope=scope, roles=roles, mode=mode)
-    encoding = encoding_name_for_model(model)
 
     def pick(window: Window, budget: int | None) -> tuple[list[SearchResult], dict | None, int]:
         in_window = {c for c in window.cursors if c is not None}

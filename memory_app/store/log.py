@@ -30,7 +30,7 @@ from django.utils import timezone
 from ..conf import memory_settings
 from ..encryption import decrypt_row, encrypt_row
 from ..exceptions import IdempotencyConflict, InvalidCursor, SessionNotFound
-from ..models import Message, Session, Snapshot
+from ..models import Embedding, Message, Session, Snapshot
 from ..signals import messages_appended
 from ..tokens import count_message
 from ..types import NewMessage, SnapshotView, StoredMessage
@@ -535,6 +535,8 @@ def pop_last(session_id) -> StoredMessage | None:
         if not newest_rows:
             return None
         popped = newest_rows[0]
+        # Taken back, not pruned: its vectors go too (they would outlive it otherwise).
+        Embedding.objects.filter(session=session, cursor=popped.cursor).delete()
         Message.objects.filter(session=session, seq=popped.cursor).delete()
         since = session.tokens_since_snapshot
         if popped.cursor > snapshots.latest_upto(session.pk):

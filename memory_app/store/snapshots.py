@@ -3,17 +3,18 @@
 A snapshot covers every message up to its ``upto`` cursor. Versions are 1, 2, 3... per session
 (a unique constraint); a save names the version it read (``expected_version``), and is refused
 with ``SnapshotConflict`` when another was saved since. Pruning deletes covered messages, except
-system messages and remembered ones.
+system messages and remembered ones; their embeddings stay, holding a copy of the text, as the
+long-term memory recall searches (``Embedding``).
 """
 
 from __future__ import annotations
 
 from django.db import IntegrityError, router, transaction
-from django.db.models import Sum
+from django.db.models import OuterRef, Subquery, Sum
 from django.utils import timezone
 
 from ..exceptions import InvalidCursor, SnapshotConflict
-from ..models import Message, Session, Snapshot
+from ..models import Embedding, Message, Session, Snapshot
 from ..types import SnapshotView
 from ..validation import NewSnapshot, check_cursor
 from . import sessions
@@ -73,9 +74,19 @@ def _prunable(session_id, upto: int):
     return Message.objects.filter(session_id=session_id, seq__lte=upto, remember=False).exclude(role="system")
 
 
+def _detach_embeddings(covered) -> int:
+    """Keep the pruned messages' long-term memory: their embeddings take a copy of the text (as
+    stored: ciphertext under encryption at rest) and let go of the log row. One UPDATE; each
+    right-hand side reads the row as it was, so the copy is made before ``message_id`` is NULL."""
+    text = Message.objects.filter(pk=OuterRef("message_id")).values("content")[:1]
+    return Embedding.objects.filter(message__in=covered.values("pk")).update(
+        content=Subquery(text), message=None)
+
+
 def _prune(session: Session, upto: int) -> dict:
     covered = _prunable(session.pk, upto)
     gone = covered.aggregate(t=Sum("token_count"))["t"] or 0
+    _detach_embeddings(covered)
     deleted = covered.delete()[1].get(Message._meta.label, 0)
     return {"message_count": session.message_count - deleted, "token_count": session.token_count - gone,
             "_deleted": deleted}

@@ -82,6 +82,7 @@ def test_swagger_ui_is_served_without_a_cdn(client):
 def test_no_response_carries_embeddings(api, session):
     message = session.messages()[1]
     Embedding.objects.create(message_id=message.id, session_id=session.id, owner=session.session.owner,
+                             cursor=message.cursor, role=message.role,
                              model="test-model", dimensions=3, vector=[0.1, 0.2, 0.3])
     session.save_snapshot("s", upto=1)
     urls = [session_url(session.id, a) for a in ("messages", "window", "snapshot", "export")]

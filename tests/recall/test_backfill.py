@@ -73,3 +73,29 @@ def test_backfill_failure_keeps_finished_batches(unembedded, openai_embedder):
 def test_bad_options(db):
     with pytest.raises(CommandError):
         run("--batch-size", "0")
+
+
+def test_messages_never_embedded_are_not_pending(db, user, memory_settings_override,
+                                                 django_capture_on_commit_callbacks):
+    """Empty, image-only, bare tool calls and acknowledgements are never embedded, so the
+    backfill does not count them as pending, before or after a run."""
+    from memory_app.services.embedding import count_missing
+    from tests.conftest import tool_turn
+
+    memory_settings_override(EMBED_ON_APPEND=False, IMPORTANCE_THRESHOLD=None)
+    mem = Memory.session("mixed", owner=user)
+    with django_capture_on_commit_callbacks(execute=True):
+        mem.add_many([
+            {"role": "user", "content": "The boiler service is booked for the second of June."},
+            {"role": "user", "content": [{"type": "image_url",
+                                          "image_url": {"url": "https://example.com/a.png"}}]},
+            {"role": "user", "content": "   "},
+            {"role": "assistant", "content": "ok, thanks!"},
+            *tool_turn(result="boiler: serviced 2023"),
+        ])
+    assert count_missing(session_ids=[mem.id]) == 2  # the booking and the tool's result
+    out, err = run("--session", str(mem.id))
+    assert "2 messages to embed" in out and "2/2" in err and "Stored 2 vectors." in out
+    out, _ = run("--session", str(mem.id))
+    assert "0 messages to embed" in out and "Stored 0 vectors." in out
+    assert count_missing(session_ids=[mem.id]) == 0

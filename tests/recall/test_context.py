@@ -8,7 +8,7 @@ import pytest
 
 from memory_app import Memory
 from memory_app.exceptions import InvalidSearch
-from memory_app.services.recall import RECALL_CLOSE, RECALL_OPEN
+from memory_app.services.recall import RECALL_CLOSE, RECALL_OPEN, recall_message
 from memory_app.tokens import count_message
 from tests.recall.conftest import add_turns
 
@@ -63,8 +63,28 @@ def test_everything_fits_the_token_budget(long_chat):
         assert counted + window.recall_tokens == window.budget_tokens
         if window.recalled:
             assert window.recall_tokens == count_message(recall_blocks(window)[0])
-            assert window.recall_tokens <= budget * 0.25
+            # The share is for the recalled lines; the block's fixed part comes on top.
+            assert window.recall_tokens <= int(budget * 0.25) + count_message(recall_message(()))
     assert recalled >= 2
+
+
+def test_a_small_budget_still_recalls(long_chat):
+    header = count_message(recall_message(()))
+    assert header > 200 * 0.25  # the header alone is more than the whole share
+    window = long_chat.context("Where does my sister Clara live?", max_tokens=200, recall_k=3)
+    assert [r.cursor for r in window.recalled][:1] == [2]
+    assert "Clara lives in Vienna" in recall_blocks(window)[0]["content"]
+    counted = sum(count_message(m) for m in window.messages if m["role"] != "system")
+    assert counted + window.recall_tokens == window.budget_tokens <= 200
+    # The conversation keeps a part of the budget: the newest turns are still there.
+    assert window.messages[-1]["content"] == long_chat.last(1)[0].content
+
+
+def test_a_budget_too_small_for_the_header_gets_a_plain_window(long_chat):
+    budget = count_message(recall_message(())) // 2
+    window = long_chat.context("Where does my sister Clara live?", max_tokens=budget, recall_k=3)
+    assert window.recalled == () and not recall_blocks(window)
+    assert window.messages == long_chat.window(max_tokens=budget).messages
 
 
 def test_a_stored_system_prompt_imitation_stays_quoted_inside_the_block(long_chat):

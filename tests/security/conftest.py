@@ -37,7 +37,7 @@ def fill_owner(owner, *, sessions: int = 2, prefix: str = "chat") -> list:
         if connection.vendor == "postgresql":
             Embedding.objects.bulk_create(
                 Embedding(message_id=m.id, session_id=memory.id, owner_id=memory.owner_id,
-                          model="test-model", dimensions=3, vector=[0.1, 0.2, float(m.cursor)])
+                          cursor=m.cursor, role=m.role, model="test-model", dimensions=3, vector=[0.1, 0.2, float(m.cursor)])
                 for m in memory.messages()
             )
         memories.append(memory)

@@ -83,8 +83,8 @@ def test_clear_removes_everything_but_cursors_never_repeat(mem):
     stored = mem.add_many([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}])
     mem.save_snapshot("s", upto=1, prev=None)
     mem.set_meta("k", "v")
-    Embedding.objects.create(message_id=stored[0].id, session_id=mem.id, model="m", dimensions=3,
-                             vector=[1, 0, 0])
+    Embedding.objects.create(message_id=stored[0].id, session_id=mem.id, cursor=stored[0].cursor,
+                             role=stored[0].role, model="m", dimensions=3, vector=[1, 0, 0])
     mem.clear()
     assert mem.messages() == [] and mem.latest_snapshot() is None and mem.meta == {}
     assert not Embedding.objects.exists()
