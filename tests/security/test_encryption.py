@@ -203,3 +203,26 @@ def test_search_finds_encrypted_messages_by_their_plaintext(user):
         memory.embed()
         [top] = memory.search("when is the quarterly report due?", limit=1, mode="vector")
         assert top.message.content == "The quarterly report is due on Friday."
+
+
+def test_rotation_covers_the_kept_text_of_pruned_turns(user, django_capture_on_commit_callbacks):
+    from memory_app.models import Embedding
+
+    with keys(OLD):
+        memory = Memory.create("pruned", owner=user)
+        with django_capture_on_commit_callbacks(execute=True):
+            memory.add_many([{"role": "user", "content": f"{SECRET} number {i}"} for i in range(4)])
+        memory.save_snapshot("summary", upto=3, prune=True)
+        kept = Embedding.objects.filter(session_id=memory.id, message__isnull=True).exclude(content="")
+        assert kept.count() == 3 and all(c.startswith(ENCRYPTED_PREFIX) for c in kept.values_list(
+            "content", flat=True))
+    with keys(NEW, OLD):
+        out = StringIO()
+        call_command("memory_rotate_keys", "--no-progress", stdout=out)
+        assert "and 3 kept text(s) of pruned turns" in out.getvalue()
+    newest = Fernet(NEW)
+    for content in kept.values_list("content", flat=True):
+        newest.decrypt(content[len(ENCRYPTED_PREFIX):].encode())  # raises if not NEW's
+    with keys(NEW):  # the old key can go: pruned turns are still found
+        found = memory.search(f"{SECRET} number 1", limit=4, mode="vector")
+        assert any(r.message.content == f"{SECRET} number 1" for r in found)

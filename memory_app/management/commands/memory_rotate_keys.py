@@ -16,7 +16,7 @@ from django.db import router, transaction
 
 from memory_app import encryption
 from memory_app.management.base import MemoryCommand, positive_int, progress
-from memory_app.models import Message
+from memory_app.models import Embedding, Message
 
 
 class Command(MemoryCommand):
@@ -58,4 +58,27 @@ class Command(MemoryCommand):
                 seen += len(batch)
                 rewritten += len(changed)
                 bar.update(len(batch))
-        self.stdout.write(f"Re-encrypted {rewritten} of {seen} message(s) with the newest key.")
+        kept = self._rotate_kept_texts(using, batch_size)
+        self.stdout.write(f"Re-encrypted {rewritten} of {seen} message(s) with the newest key"
+                          + (f", and {kept} kept text(s) of pruned turns." if kept else "."))
+
+    def _rotate_kept_texts(self, using: str, batch_size: int) -> int:
+        """Pruned turns keep their text on the embedding row (for recall): rotate it too."""
+        kept = Embedding.objects.using(using).filter(message__isnull=True).exclude(content="")
+        rewritten, last_id = 0, 0
+        while True:
+            with transaction.atomic(using=using):
+                batch = list(kept.filter(id__gt=last_id).order_by("id").select_for_update()
+                             .only("id", "content")[:batch_size])
+                if not batch:
+                    return rewritten
+                changed = []
+                for row in batch:
+                    new = encryption.stored_values(row.content, None, None)
+                    if new is not None:
+                        row.content = new[0]
+                        changed.append(row)
+                if changed:
+                    Embedding.objects.using(using).bulk_update(changed, ["content"])
+            last_id = batch[-1].id
+            rewritten += len(changed)
