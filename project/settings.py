@@ -126,3 +126,15 @@ if os.environ.get("MEMORY_APP_JSON"):
     import json
 
     MEMORY_APP = json.loads(os.environ["MEMORY_APP_JSON"])
+
+# ---- a read replica (opt-in): REPLICA_DATABASE_URL names a hot standby of DATABASE_URL ----------
+# Stale-tolerant reads (admin lists, owner-scope search, exports of idle sessions) go there; the
+# agent path reads the primary (memory_app.routers; docs/scaling.md).
+if os.environ.get("REPLICA_DATABASE_URL"):
+    import dj_database_url
+
+    DATABASES["replica"] = dj_database_url.parse(os.environ["REPLICA_DATABASE_URL"])
+    DATABASES["replica"]["TEST"] = {"MIRROR": "default"}
+    DATABASE_ROUTERS = ["memory_app.routers.MemoryRouter"]
+    MIDDLEWARE.append("memory_app.routers.ReplicaReadsMiddleware")
+    MEMORY_APP = {**MEMORY_APP, "READ_REPLICAS": ["replica"]}
