@@ -150,6 +150,15 @@ DEFAULTS: dict[str, Any] = {
     # arguments; every one decrypts. Empty: stored in plaintext. After adding a key, run
     # `manage.py memory_rotate_keys` before removing an old one. Needs the `cryptography` package.
     "ENCRYPTION_KEYS": [],
+
+    # --- read replicas (memory_app.routers.MemoryRouter, opt-in) ------------------------------
+    # Database aliases of hot standbys that stale-tolerant reads may use (admin lists, owner-scope
+    # search, exports of idle sessions). Empty: everything reads the primary ("default").
+    "READ_REPLICAS": [],
+    # A session nothing was written to for this many seconds is exported from a replica.
+    "REPLICA_IDLE_SECONDS": 300,
+    # View names whose GET requests read stale-tolerantly (memory_app.routers.ReplicaReadsMiddleware).
+    "REPLICA_READ_VIEWS": ["admin:memory_app_session_changelist"],
 }
 
 # Settings given as dotted paths (or lists of them), imported once on first use. No other module

@@ -28,13 +28,22 @@ def database_config(base_dir: Path) -> dict:
     config["CONN_MAX_AGE"] = int(os.environ.get("CONN_MAX_AGE", config.get("CONN_MAX_AGE") or 0))
     config["CONN_HEALTH_CHECKS"] = os.environ.get("CONN_HEALTH_CHECKS", "1") == "1"
     if config["ENGINE"] == "django.db.backends.postgresql":
+        # DB_TRANSACTION_POOLER=1: a pooler in transaction mode (PgBouncer's pool_mode =
+        # transaction) sits between us and the server, so each transaction may run on another
+        # server connection. Nothing may outlive a transaction then: no prepared statements
+        # (PgBouncer before 1.21 does not track them) and no server-side cursors (Django's
+        # .iterator() opens them WITH HOLD outside a transaction).
+        pooled = os.environ.get("DB_TRANSACTION_POOLER", "0") == "1"
+        if pooled:
+            config["DISABLE_SERVER_SIDE_CURSORS"] = True
         # Prepared statements after a few uses of the same SQL (psycopg's prepare_threshold)
         # halve the cost of the hot appends and reads. On by default for the embedded server;
         # for DATABASE_URL set DB_PREPARE_THRESHOLD=5, unless a pooler in transaction mode
-        # (PgBouncer) sits in between, which does not support them.
+        # (PgBouncer) sits in between, which does not support them (Django's default, None,
+        # never prepares; DB_TRANSACTION_POOLER=1 keeps it so whatever DB_PREPARE_THRESHOLD says).
         default = "" if url else "5"
         threshold = os.environ.get("DB_PREPARE_THRESHOLD", default)
-        if threshold.isdigit():
+        if threshold.isdigit() and not pooled:
             config.setdefault("OPTIONS", {})["prepare_threshold"] = int(threshold)
     if config["ENGINE"] == "django.db.backends.sqlite3":
         # Appenders wait for the write lock instead of failing at once.

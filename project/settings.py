@@ -155,3 +155,15 @@ if Queue is not None:
     _MEMORY_QUEUES = {**_MEMORY_DEFAULTS["TASK_QUEUES"], **(MEMORY_APP.get("TASK_QUEUES") or {})}
     CELERY_TASK_QUEUES = [Queue(name) for name in dict.fromkeys(
         [CELERY_TASK_DEFAULT_QUEUE, *(q for q in _MEMORY_QUEUES.values() if q)])]
+
+# ---- a read replica (opt-in): REPLICA_DATABASE_URL names a hot standby of DATABASE_URL ----------
+# Stale-tolerant reads (admin lists, owner-scope search, exports of idle sessions) go there; the
+# agent path reads the primary (memory_app.routers; docs/scaling.md).
+if os.environ.get("REPLICA_DATABASE_URL"):
+    import dj_database_url
+
+    DATABASES["replica"] = dj_database_url.parse(os.environ["REPLICA_DATABASE_URL"])
+    DATABASES["replica"]["TEST"] = {"MIRROR": "default"}
+    DATABASE_ROUTERS = ["memory_app.routers.MemoryRouter"]
+    MIDDLEWARE.append("memory_app.routers.ReplicaReadsMiddleware")
+    MEMORY_APP = {**MEMORY_APP, "READ_REPLICAS": ["replica"]}

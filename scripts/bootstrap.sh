@@ -59,3 +59,10 @@ ensure_chromium() {
     apt_install chromium
   fi
 }
+
+ensure_pgbouncer() {
+  if ! command -v pgbouncer >/dev/null && [ ! -x /usr/sbin/pgbouncer ]; then
+    echo "==> installing Debian's pgbouncer for the run through a pooler"
+    apt_install pgbouncer
+  fi
+}

@@ -70,7 +70,8 @@ def search(
     Vector search only sees messages already embedded by the configured embedder.
     """
     query, limit, scope, roles, mode = check_search(query, limit, scope, roles, mode)
-    using = router.db_for_read(Message)
+    # Owner scope reads older messages of many sessions: a replica may serve it (MemoryRouter).
+    using = router.db_for_read(Message, stale_ok=scope == "owner")
     rankings: dict[str, list[tuple[Turn, float]]] = {}
     depth = limit if mode != "hybrid" else max(limit, int(memory_settings.HYBRID_CANDIDATES))
     if mode in ("vector", "hybrid"):
