@@ -29,8 +29,12 @@ def build_agent():
 
     # Chat Completions works with every OpenAI-compatible server, not only OpenAI's.
     model = OpenAIChatCompletionsModel(model=model_name(), openai_client=AsyncOpenAI())
-    return Agent(name="assistant", instructions="You are a concise, friendly assistant.",
-                 model=model, tools=[get_weather])
+    return Agent(
+        name="assistant",
+        instructions="You are a concise, friendly assistant.",
+        model=model,
+        tools=[get_weather],
+    )
 
 
 async def chat(message: str, session_key: str, clear: bool) -> None:

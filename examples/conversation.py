@@ -45,7 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     session = Memory.session(args.session, namespace="examples")
     if args.clear:
         session.clear()
-    chat = Conversation(session, OpenAI(), model_name(), system="You are a concise, friendly assistant.")
+    chat = Conversation(
+        session, OpenAI(), model_name(), system="You are a concise, friendly assistant."
+    )
 
     for text in [" ".join(args.message)] if args.message else typed_lines():
         if args.no_stream:

@@ -30,19 +30,27 @@ def build_chain():
 
     def chat_model(prompt_value) -> AIMessage:
         response = client.chat.completions.create(
-            model=model_name(), messages=convert_to_openai_messages(prompt_value.to_messages()))
-        return AIMessage(content=response.choices[0].message.content or "", id=response.id,
-                         response_metadata={"model_name": response.model})
+            model=model_name(), messages=convert_to_openai_messages(prompt_value.to_messages())
+        )
+        return AIMessage(
+            content=response.choices[0].message.content or "",
+            id=response.id,
+            response_metadata={"model_name": response.model},
+        )
 
-    prompt = ChatPromptTemplate.from_messages([
-        ("system", "You are a concise, friendly assistant."),
-        MessagesPlaceholder("history"),
-        ("human", "{question}"),
-    ])
+    prompt = ChatPromptTemplate.from_messages(
+        [
+            ("system", "You are a concise, friendly assistant."),
+            MessagesPlaceholder("history"),
+            ("human", "{question}"),
+        ]
+    )
     return RunnableWithMessageHistory(
         prompt | RunnableLambda(chat_model),
         # One history per session id; only the newest 4000 tokens are sent to the model.
-        lambda session_id: DjangoChatMessageHistory(session_id, namespace="examples", max_tokens=4000),
+        lambda session_id: DjangoChatMessageHistory(
+            session_id, namespace="examples", max_tokens=4000
+        ),
         input_messages_key="question",
         history_messages_key="history",
     )
@@ -64,8 +72,9 @@ def main(argv: list[str] | None = None) -> None:
     warnings.filterwarnings("ignore", message=".*RunnableWithMessageHistory.*")
     if args.clear:
         DjangoChatMessageHistory(args.session, namespace="examples").clear()
-    answer = build_chain().invoke({"question": args.message},
-                                  config={"configurable": {"session_id": args.session}})
+    answer = build_chain().invoke(
+        {"question": args.message}, config={"configurable": {"session_id": args.session}}
+    )
     print(answer.content)
     history = DjangoChatMessageHistory(args.session, namespace="examples").messages
     print(f"[{len(history)} messages in session {args.session!r}]")

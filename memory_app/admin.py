@@ -86,7 +86,8 @@ def _download(data: Any, filename: str) -> HttpResponse:
 
 
 def _export_name(session: Session) -> str:
-    return f"session-{slugify(session.namespace) or 'ns'}-{slugify(session.key)[:60] or session.pk}.json"
+    key = slugify(session.key)[:60] or session.pk
+    return f"session-{slugify(session.namespace) or 'ns'}-{key}.json"
 
 
 class SessionForm(forms.ModelForm):
@@ -118,6 +119,7 @@ def _reported(fallback: Callable[[Any, HttpRequest, tuple, dict], str]):
     from, which shows the message; after a GET to ``fallback(admin, request, args, kwargs)``,
     a page that does not read what failed (so that no redirect loops).
     """
+
     def decorate(view: Callable) -> Callable:
         @functools.wraps(view)
         def wrapper(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
@@ -137,10 +139,14 @@ def _reported(fallback: Callable[[Any, HttpRequest, tuple, dict], str]):
 
 
 _VIEW_WORDS = {
-    "changelist_view": "The action failed", "changeform_view": "The session could not be saved",
-    "delete_view": "The session could not be deleted", "history_view": "The history failed",
-    "export_view": "The export failed", "clear_view": "The session could not be cleared",
-    "summarize_view": "Summarization failed", "reembed_view": "Re-embedding failed",
+    "changelist_view": "The action failed",
+    "changeform_view": "The session could not be saved",
+    "delete_view": "The session could not be deleted",
+    "history_view": "The history failed",
+    "export_view": "The export failed",
+    "clear_view": "The session could not be cleared",
+    "summarize_view": "Summarization failed",
+    "reembed_view": "Re-embedding failed",
 }
 
 
@@ -160,8 +166,9 @@ def _to_session(model_admin: SessionAdmin, request, args, kwargs) -> str:
     object_id = kwargs.get("object_id", args[0] if args else None)
     if object_id is None:
         return _to_changelist(model_admin, request, args, kwargs)
-    return reverse("admin:memory_app_session_change", args=[object_id],
-                   current_app=model_admin.admin_site.name)
+    return reverse(
+        "admin:memory_app_session_change", args=[object_id], current_app=model_admin.admin_site.name
+    )
 
 
 @admin.register(Session)
@@ -174,8 +181,14 @@ class SessionAdmin(admin.ModelAdmin):
     lineage_size = 10
 
     list_display = (
-        "display_key", "display_title", "display_owner", "display_namespace", "messages", "tokens",
-        "snapshot", "updated_at",
+        "display_key",
+        "display_title",
+        "display_owner",
+        "display_namespace",
+        "messages",
+        "tokens",
+        "snapshot",
+        "updated_at",
     )
     list_display_links = ("display_key",)
     list_filter = (
@@ -197,16 +210,31 @@ class SessionAdmin(admin.ModelAdmin):
 
     fieldsets = (
         (None, {"fields": ("title", "expires_at", "retention_policy")}),
-        ("Identity", {"fields": (("key", "namespace"), ("owner", "id"), ("created_at", "updated_at"))}),
-        ("Counters", {
-            "fields": (("message_count", "token_count"), ("tokens_since_snapshot", "next_seq")),
-            "description": "Kept by the store as messages are appended, pruned and cleared.",
-        }),
+        (
+            "Identity",
+            {"fields": (("key", "namespace"), ("owner", "id"), ("created_at", "updated_at"))},
+        ),
+        (
+            "Counters",
+            {
+                "fields": (("message_count", "token_count"), ("tokens_since_snapshot", "next_seq")),
+                "description": "Kept by the store as messages are appended, pruned and cleared.",
+            },
+        ),
         ("Metadata", {"fields": ("metadata",), "classes": ("collapse",)}),
     )
     readonly_fields = (
-        "id", "key", "namespace", "owner", "created_at", "updated_at", "message_count",
-        "token_count", "tokens_since_snapshot", "next_seq", "retention_policy",
+        "id",
+        "key",
+        "namespace",
+        "owner",
+        "created_at",
+        "updated_at",
+        "message_count",
+        "token_count",
+        "tokens_since_snapshot",
+        "next_seq",
+        "retention_policy",
     )
     form = SessionForm
     change_form_template = "admin/memory_app/session/change_form.html"
@@ -224,8 +252,9 @@ class SessionAdmin(admin.ModelAdmin):
             selected = request.POST.getlist(admin.helpers.ACTION_CHECKBOX_NAME)
             bad = [value for value in selected if not _is_uuid(value)]
             if bad:
-                self.message_user(request, f"No session has the id {bad[0]!r}: nothing was done.",
-                                  messages.ERROR)
+                self.message_user(
+                    request, f"No session has the id {bad[0]!r}: nothing was done.", messages.ERROR
+                )
                 return HttpResponseRedirect(request.get_full_path())
         return super().changelist_view(request, {"title": "Sessions", **(extra_context or {})})
 
@@ -244,8 +273,11 @@ class SessionAdmin(admin.ModelAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet:
         # Both are subqueries on the (session, version) index: no extra query per row.
         latest_version = Snapshot.objects.filter(session=OuterRef("pk")).order_by("-version")
-        return super().get_queryset(request).with_snapshot_flag().annotate(
-            snapshot_version=Subquery(latest_version.values("version")[:1])
+        return (
+            super()
+            .get_queryset(request)
+            .with_snapshot_flag()
+            .annotate(snapshot_version=Subquery(latest_version.values("version")[:1]))
         )
 
     def get_search_results(self, request, queryset, search_term):
@@ -259,8 +291,12 @@ class SessionAdmin(admin.ModelAdmin):
                 bit = unescape_string_literal(bit)
             if not bit:
                 continue
-            in_messages = Exists(Message.objects.filter(session=OuterRef("pk"), content__icontains=bit))
-            queryset = queryset.filter(Q(key__icontains=bit) | Q(title__icontains=bit) | in_messages)
+            in_messages = Exists(
+                Message.objects.filter(session=OuterRef("pk"), content__icontains=bit)
+            )
+            queryset = queryset.filter(
+                Q(key__icontains=bit) | Q(title__icontains=bit) | in_messages
+            )
         return queryset, False
 
     @admin.display(description="retention policy")
@@ -290,12 +326,18 @@ class SessionAdmin(admin.ModelAdmin):
     def snapshot(self, obj: Session) -> str:
         if not obj.has_snapshot:
             return format_html('<span class="mem-quiet" title="no snapshot">{}</span>', "—")
-        return format_html('<span class="mem-pill mem-pill-snap" title="latest snapshot">v{}</span>',
-                           obj.snapshot_version)
+        return format_html(
+            '<span class="mem-pill mem-pill-snap" title="latest snapshot">v{}</span>',
+            obj.snapshot_version,
+        )
 
     @admin.display(description="owner", ordering="owner__username")
     def display_owner(self, obj: Session) -> str:
-        return str(obj.owner) if obj.owner_id else format_html('<span class="mem-quiet">{}</span>', "none")
+        return (
+            str(obj.owner)
+            if obj.owner_id
+            else format_html('<span class="mem-quiet">{}</span>', "none")
+        )
 
     @admin.display(description="namespace", ordering="namespace")
     def display_namespace(self, obj: Session) -> str:
@@ -333,9 +375,14 @@ class SessionAdmin(admin.ModelAdmin):
             format_html(
                 '{}: <a href="{}">{}</a> — {} messages, {} tokens',
                 Session._meta.verbose_name.capitalize(),
-                reverse("admin:memory_app_session_change", args=[quote(s.pk)],
-                        current_app=self.admin_site.name),
-                s, f"{s.message_count:,}", f"{s.token_count:,}",
+                reverse(
+                    "admin:memory_app_session_change",
+                    args=[quote(s.pk)],
+                    current_app=self.admin_site.name,
+                ),
+                s,
+                f"{s.message_count:,}",
+                f"{s.token_count:,}",
             )
             for s in sessions
         ]
@@ -344,7 +391,9 @@ class SessionAdmin(admin.ModelAdmin):
             Message._meta.verbose_name_plural: sum(s.message_count for s in sessions),
             Snapshot._meta.verbose_name_plural: snapshots,
         }
-        perms_needed = set() if self.has_delete_permission(request) else {Session._meta.verbose_name}
+        perms_needed = (
+            set() if self.has_delete_permission(request) else {Session._meta.verbose_name}
+        )
         return deletable, model_count, perms_needed, []
 
     # -- the change page: header, snapshot lineage and a page of the transcript --------------
@@ -393,7 +442,9 @@ class SessionAdmin(admin.ModelAdmin):
             "lineage_hidden": len(bounds) - len(lineage),
             "latest_snapshot": markers[-1] if markers else None,
             "stored_range": stored,
-            "coverage_bar": _coverage_bar(coverage(markers), transcript, session.messages_saved, stored),
+            "coverage_bar": _coverage_bar(
+                coverage(markers), transcript, session.messages_saved, stored
+            ),
             "pager": _pager_links(request, transcript),
             "cursor_error": cursor_error,
             "requested_after": after,
@@ -412,7 +463,9 @@ class SessionAdmin(admin.ModelAdmin):
         return [
             path("<path:object_id>/export/", view(self.export_view), name=f"{prefix}_export"),
             path("<path:object_id>/clear/", view(self.clear_view), name=f"{prefix}_clear"),
-            path("<path:object_id>/summarize/", view(self.summarize_view), name=f"{prefix}_summarize"),
+            path(
+                "<path:object_id>/summarize/", view(self.summarize_view), name=f"{prefix}_summarize"
+            ),
             path("<path:object_id>/reembed/", view(self.reembed_view), name=f"{prefix}_reembed"),
         ] + super().get_urls()
 
@@ -423,8 +476,11 @@ class SessionAdmin(admin.ModelAdmin):
         return session
 
     def _change_url(self, session: Session) -> str:
-        return reverse("admin:memory_app_session_change", args=[quote(session.pk)],
-                       current_app=self.admin_site.name)
+        return reverse(
+            "admin:memory_app_session_change",
+            args=[quote(session.pk)],
+            current_app=self.admin_site.name,
+        )
 
     @_reported(_to_session)
     def export_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
@@ -445,11 +501,15 @@ class SessionAdmin(admin.ModelAdmin):
 
     @_reported(_to_session)
     def summarize_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        return self._enqueue_view(request, object_id, SessionMemory.schedule_summary, "Summarization")
+        return self._enqueue_view(
+            request, object_id, SessionMemory.schedule_summary, "Summarization"
+        )
 
     @_reported(_to_session)
     def reembed_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        return self._enqueue_view(request, object_id, SessionMemory.schedule_reembedding, "Re-embedding")
+        return self._enqueue_view(
+            request, object_id, SessionMemory.schedule_reembedding, "Re-embedding"
+        )
 
     def _enqueue_view(self, request, object_id, schedule, what) -> HttpResponse:
         if request.method != "POST":
@@ -463,11 +523,15 @@ class SessionAdmin(admin.ModelAdmin):
     # -- actions -----------------------------------------------------------------------------
     @admin.action(description="Summarize now", permissions=["change"])
     def summarize_now(self, request, queryset):
-        self._enqueue_and_report(request, SessionMemory.schedule_summary, "Summarization", list(queryset))
+        self._enqueue_and_report(
+            request, SessionMemory.schedule_summary, "Summarization", list(queryset)
+        )
 
     @admin.action(description="Re-embed messages", permissions=["change"])
     def reembed(self, request, queryset):
-        self._enqueue_and_report(request, SessionMemory.schedule_reembedding, "Re-embedding", list(queryset))
+        self._enqueue_and_report(
+            request, SessionMemory.schedule_reembedding, "Re-embedding", list(queryset)
+        )
 
     @admin.action(description="Export selected sessions as JSON", permissions=["view"])
     def export_json(self, request, queryset):
@@ -483,15 +547,23 @@ class SessionAdmin(admin.ModelAdmin):
             return None
         return self._clear_confirmation(request, sessions, single=False)
 
-    def _enqueue_and_report(self, request, schedule: Callable[[SessionMemory], Scheduled], what: str,
-                            sessions: list[Session]) -> None:
+    def _enqueue_and_report(
+        self,
+        request,
+        schedule: Callable[[SessionMemory], Scheduled],
+        what: str,
+        sessions: list[Session],
+    ) -> None:
         """Schedule the work for each session (the one way: ``services.background``) and say
         what happened: queued, ran inline (and what it did), already pending, or failed."""
         outcomes = [(session, schedule(SessionMemory(session))) for session in sessions]
         failed = [(s, o) for s, o in outcomes if o.state == "failed"]
         for session, outcome in failed:
-            self.message_user(request, f"{what} of “{session}” could not be scheduled: {outcome.error}",
-                              messages.ERROR)
+            self.message_user(
+                request,
+                f"{what} of “{session}” could not be scheduled: {outcome.error}",
+                messages.ERROR,
+            )
         done = [(s, o) for s, o in outcomes if o.state != "failed"]
         if not done:
             return
@@ -503,7 +575,8 @@ class SessionAdmin(admin.ModelAdmin):
             for _, outcome in done:
                 states[outcome.state] = states.get(outcome.state, 0) + 1
             text = f"{what} of {len(done)} sessions: " + ", ".join(
-                f"{n} {_STATE_WORDS[state]}" for state, n in sorted(states.items()))
+                f"{n} {_STATE_WORDS[state]}" for state, n in sorted(states.items())
+            )
         self.message_user(request, text, messages.SUCCESS)
 
     def _clear(self, sessions: list[Session], request: HttpRequest) -> None:
@@ -514,14 +587,20 @@ class SessionAdmin(admin.ModelAdmin):
             except MemoryStoreError as err:  # e.g. deleted meanwhile
                 self.message_user(request, f"“{session}” was not cleared: {err}", messages.WARNING)
                 continue
-            self.log_change(request, session, "Cleared messages, snapshots, embeddings and metadata.")
+            self.log_change(
+                request, session, "Cleared messages, snapshots, embeddings and metadata."
+            )
             cleared += 1
         if cleared:
             self.message_user(
-                request, f"Cleared {cleared} {model_ngettext(self.opts, cleared)}.", messages.SUCCESS
+                request,
+                f"Cleared {cleared} {model_ngettext(self.opts, cleared)}.",
+                messages.SUCCESS,
             )
 
-    def _clear_confirmation(self, request, sessions: list[Session], *, single: bool) -> TemplateResponse:
+    def _clear_confirmation(
+        self, request, sessions: list[Session], *, single: bool
+    ) -> TemplateResponse:
         ids = [s.pk for s in sessions]
         context = {
             **self.admin_site.each_context(request),
@@ -538,7 +617,9 @@ class SessionAdmin(admin.ModelAdmin):
             "media": self.media,
         }
         request.current_app = self.admin_site.name
-        return TemplateResponse(request, "admin/memory_app/session/clear_confirmation.html", context)
+        return TemplateResponse(
+            request, "admin/memory_app/session/clear_confirmation.html", context
+        )
 
 
 _STATE_WORDS = {"queued": "queued", "ran": "done now (no broker)", "pending": "already pending"}
@@ -551,7 +632,9 @@ def _describe(outcome: Scheduled) -> str:
         return "a run is already queued or running."
     result = outcome.result
     if isinstance(result, dict):
-        return f"done now (no broker): snapshot v{result['version']} covers up to #{result['upto']}."
+        return (
+            f"done now (no broker): snapshot v{result['version']} covers up to #{result['upto']}."
+        )
     if isinstance(result, int):
         return f"done now (no broker): {result} message(s) embedded."
     return "nothing to do yet (no messages to cover)."
@@ -573,6 +656,7 @@ def _page_request(request: HttpRequest) -> tuple[int | None, int | None]:
     the largest the log can hold), so a huge or negative one is an ``InvalidCursor`` here
     rather than in the database.
     """
+
     def cursor(name: str) -> int | None:
         raw = request.GET.get(name, "").strip()
         if raw == "":
@@ -589,8 +673,9 @@ def _page_request(request: HttpRequest) -> tuple[int | None, int | None]:
     return None, before
 
 
-def _select_page(memory: SessionMemory, size: int, after: int | None,
-                 before: int | None) -> tuple[list, int | None, int | None]:
+def _select_page(
+    memory: SessionMemory, size: int, after: int | None, before: int | None
+) -> tuple[list, int | None, int | None]:
     """``(messages, previous cursor, next cursor)`` of the page after ``after`` or before
     ``before`` (the newest page when neither is given)."""
     if after is not None:
@@ -617,11 +702,18 @@ def _select_page(memory: SessionMemory, size: int, after: int | None,
 def _unreadable_transcript(request: HttpRequest, error: str) -> dict[str, Any]:
     """The transcript context of a session whose messages cannot be read: an empty page."""
     return {
-        "transcript": arrange([], [], previous=None, next=None), "lineage": [],
-        "lineage_total": 0, "lineage_hidden": 0, "latest_snapshot": None, "stored_range": None,
-        "coverage_bar": None, "pager": dict.fromkeys(("oldest", "older", "newer", "newest")),
-        "cursor_error": f"The transcript cannot be shown: {error}", "requested_after": None,
-        "page_size": 0, "preserved_query": _preserved(request),
+        "transcript": arrange([], [], previous=None, next=None),
+        "lineage": [],
+        "lineage_total": 0,
+        "lineage_hidden": 0,
+        "latest_snapshot": None,
+        "stored_range": None,
+        "coverage_bar": None,
+        "pager": dict.fromkeys(("oldest", "older", "newer", "newest")),
+        "cursor_error": f"The transcript cannot be shown: {error}",
+        "requested_after": None,
+        "page_size": 0,
+        "preserved_query": _preserved(request),
     }
 
 
@@ -646,7 +738,9 @@ def _pager_links(request: HttpRequest, page: Page) -> dict[str, str | None]:
     }
 
 
-def _coverage_bar(ranges, page: Page, saved: int, stored: tuple[int, int] | None) -> dict[str, Any] | None:
+def _coverage_bar(
+    ranges, page: Page, saved: int, stored: tuple[int, int] | None
+) -> dict[str, Any] | None:
     """Positions (in % of every cursor handed out) of each snapshot's range, of the cursors no
     longer stored, and of this page."""
     if saved <= 0:
@@ -654,15 +748,21 @@ def _coverage_bar(ranges, page: Page, saved: int, stored: tuple[int, int] | None
 
     def span(first: int, last: int) -> dict[str, float]:
         left = (first - 1) / saved * 100
-        return {"left": round(left, 3), "width": round(max((last - first + 1) / saved * 100, 0.4), 3)}
+        return {
+            "left": round(left, 3),
+            "width": round(max((last - first + 1) / saved * 100, 0.4), 3),
+        }
 
     segments = [
-        {**span(r.first, r.snapshot.upto), "version": r.snapshot.version, "first": r.first,
-         "upto": r.snapshot.upto}
+        {
+            **span(r.first, r.snapshot.upto),
+            "version": r.snapshot.version,
+            "first": r.first,
+            "upto": r.snapshot.upto,
+        }
         for r in ranges
     ]
     window = span(page.first, page.last) if page.first is not None else None
     gone_upto = saved if stored is None else stored[0] - 1
     gone = {**span(1, gone_upto), "upto": gone_upto} if gone_upto > 0 else None
     return {"segments": segments, "gone": gone, "window": window, "saved": saved}
-

@@ -71,7 +71,9 @@ class Turn:
         self.user_message = check_message({"role": "user", "content": text}).as_openai()
 
     def __repr__(self) -> str:
-        state = "stored" if self.stored else (f"error={self.error!r}" if self.error else "not stored")
+        state = (
+            "stored" if self.stored else (f"error={self.error!r}" if self.error else "not stored")
+        )
         return f"<Turn {self.id} {state} reply={self.reply[:40]!r}>"
 
     def __str__(self) -> str:
@@ -84,9 +86,12 @@ class Turn:
 
     def messages_to_store(self) -> list[dict[str, Any]]:
         """The user message and the reply, each with the turn's idempotency key."""
-        reply: dict[str, Any] = {"role": "assistant", "content": self.reply,
-                                 "idempotency_key": f"turn-{self.id}-assistant",
-                                 "metadata": self._reply_metadata}
+        reply: dict[str, Any] = {
+            "role": "assistant",
+            "content": self.reply,
+            "idempotency_key": f"turn-{self.id}-assistant",
+            "metadata": self._reply_metadata,
+        }
         if self._refusal:
             reply["extra"] = {"refusal": self._refusal}
         return [{**self.user_message, "idempotency_key": f"turn-{self.id}-user"}, reply]
@@ -104,9 +109,19 @@ class Turn:
     async def apersist(self) -> list[StoredMessage]:
         return await sync_to_async(self.persist)()
 
-    def _record(self, *, model: str | None, response_id: str | None, finish_reason: str | None,
-                usage: Any = None) -> None:
-        metadata: dict[str, Any] = {"model": model, "response_id": response_id, "finish_reason": finish_reason}
+    def _record(
+        self,
+        *,
+        model: str | None,
+        response_id: str | None,
+        finish_reason: str | None,
+        usage: Any = None,
+    ) -> None:
+        metadata: dict[str, Any] = {
+            "model": model,
+            "response_id": response_id,
+            "finish_reason": finish_reason,
+        }
         if usage is not None:
             metadata["usage"] = usage.model_dump(exclude_none=True)
         self._reply_metadata = {k: v for k, v in metadata.items() if v is not None}
@@ -116,16 +131,24 @@ class Turn:
         choice = response.choices[0]
         self.reply = choice.message.content or ""
         self._refusal = choice.message.refusal
-        self._record(model=response.model, response_id=response.id, finish_reason=choice.finish_reason,
-                     usage=response.usage)
+        self._record(
+            model=response.model,
+            response_id=response.id,
+            finish_reason=choice.finish_reason,
+            usage=response.usage,
+        )
 
     def _store_or_keep_error(self) -> None:
         """After a paid-for reply: store it, or keep the error on the turn for the caller."""
         try:
             self.persist()
         except Exception:
-            logger.warning("Turn %s of session %s: the reply was not stored; call persist() to retry",
-                           self.id, self.session.id, exc_info=True)
+            logger.warning(
+                "Turn %s of session %s: the reply was not stored; call persist() to retry",
+                self.id,
+                self.session.id,
+                exc_info=True,
+            )
 
 
 class _StreamingTurn(Turn):
@@ -149,8 +172,11 @@ class StreamedTurn(_StreamingTurn):
     def _generate(self) -> Iterator[str]:
         conversation = self._conversation
         stream = conversation._client_for(sync=True).chat.completions.create(
-            model=conversation.model, messages=conversation.request_messages(self), stream=True,
-            **self._options)
+            model=conversation.model,
+            messages=conversation.request_messages(self),
+            stream=True,
+            **self._options,
+        )
         reply = _StreamedReply()
         with stream:  # closing it (cancel) closes the HTTP response
             for chunk in stream:
@@ -186,7 +212,8 @@ class AsyncStreamedTurn(_StreamingTurn):
         client = conversation._client_for(sync=False)
         messages = await conversation.arequest_messages(self)
         stream = await client.chat.completions.create(
-            model=conversation.model, messages=messages, stream=True, **self._options)
+            model=conversation.model, messages=messages, stream=True, **self._options
+        )
         reply = _StreamedReply()
         async with stream:
             async for chunk in stream:
@@ -240,7 +267,12 @@ class _StreamedReply:
     def finish(self, turn: Turn) -> None:
         turn.reply = "".join(self.pieces)
         turn._refusal = self.refusal or None
-        turn._record(model=self.model, response_id=self.id, finish_reason=self.finish_reason, usage=self.usage)
+        turn._record(
+            model=self.model,
+            response_id=self.id,
+            finish_reason=self.finish_reason,
+            usage=self.usage,
+        )
 
 
 class Conversation:
@@ -252,10 +284,17 @@ class Conversation:
     ``options`` are further arguments of ``chat.completions.create`` (``temperature``...).
     """
 
-    def __init__(self, session: SessionMemory, client: openai.OpenAI | openai.AsyncOpenAI, model: str,
-                 system: str | None = None, max_tokens: int = DEFAULT_CONTEXT_TOKENS,
-                 options: dict[str, Any] | None = None, recall_k: int = 0,
-                 recall_scope: str = "session") -> None:
+    def __init__(
+        self,
+        session: SessionMemory,
+        client: openai.OpenAI | openai.AsyncOpenAI,
+        model: str,
+        system: str | None = None,
+        max_tokens: int = DEFAULT_CONTEXT_TOKENS,
+        options: dict[str, Any] | None = None,
+        recall_k: int = 0,
+        recall_scope: str = "session",
+    ) -> None:
         if system is not None and (not isinstance(system, str) or not system.strip()):
             raise InvalidMessage("system", "the system prompt must be a non-empty string or None")
         self.session = session
@@ -277,8 +316,13 @@ class Conversation:
         """The stored part of the request for a new message ``text``: the session's window
         (snapshot summary first), plus recalled older messages when ``recall_k`` is set."""
         if self.recall_k:
-            return self.session.context(text, max_tokens=self.max_tokens, recall_k=self.recall_k,
-                                        model=self.model, scope=self.recall_scope).messages
+            return self.session.context(
+                text,
+                max_tokens=self.max_tokens,
+                recall_k=self.recall_k,
+                model=self.model,
+                scope=self.recall_scope,
+            ).messages
         return self.session.window(max_tokens=self.max_tokens, model=self.model).messages
 
     def request_messages(self, turn: Turn) -> list[dict[str, Any]]:
@@ -291,11 +335,15 @@ class Conversation:
     def _client_for(self, *, sync: bool):
         is_async = isinstance(self.client, openai.AsyncOpenAI)
         if sync and is_async:
-            raise TypeError("send() and stream() need an openai.OpenAI client; "
-                            "with openai.AsyncOpenAI use asend() and astream()")
+            raise TypeError(
+                "send() and stream() need an openai.OpenAI client; "
+                "with openai.AsyncOpenAI use asend() and astream()"
+            )
         if not sync and not is_async:
-            raise TypeError("asend() and astream() need an openai.AsyncOpenAI client; "
-                            "with openai.OpenAI use send() and stream()")
+            raise TypeError(
+                "asend() and astream() need an openai.AsyncOpenAI client; "
+                "with openai.OpenAI use send() and stream()"
+            )
         return self.client
 
     # -- turns --------------------------------------------------------------------------------
@@ -308,7 +356,8 @@ class Conversation:
         client = self._client_for(sync=True)
         turn = Turn(self.session, text)
         response = client.chat.completions.create(
-            model=self.model, messages=self.request_messages(turn), **{**self.options, **options})
+            model=self.model, messages=self.request_messages(turn), **{**self.options, **options}
+        )
         turn._take_completion(response)
         turn._store_or_keep_error()
         return turn
@@ -318,7 +367,10 @@ class Conversation:
         client = self._client_for(sync=False)
         turn = Turn(self.session, text)
         response = await client.chat.completions.create(
-            model=self.model, messages=await self.arequest_messages(turn), **{**self.options, **options})
+            model=self.model,
+            messages=await self.arequest_messages(turn),
+            **{**self.options, **options},
+        )
         turn._take_completion(response)
         await sync_to_async(turn._store_or_keep_error)()
         return turn

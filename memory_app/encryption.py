@@ -4,7 +4,8 @@ Turn it on with a list of Fernet keys, newest first::
 
     MEMORY_APP = {"ENCRYPTION_KEYS": [os.environ["MEMORY_KEY_2025"], os.environ["MEMORY_KEY_2024"]]}
 
-(make a key with ``python -c "from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())"``).
+(make a key with
+``python -c "from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())"``).
 The first key encrypts; every key decrypts. ``python manage.py memory_rotate_keys`` re-encrypts
 stored rows with the first key (and encrypts rows written before encryption was turned on), after
 which an old key can be dropped from the list.
@@ -91,11 +92,13 @@ def decrypt_text(value: str) -> str:
         return value
     box = fernet()
     if box is None:
-        raise DecryptionFailed("an encrypted message was read but MEMORY_APP['ENCRYPTION_KEYS'] is empty")
+        raise DecryptionFailed(
+            "an encrypted message was read but MEMORY_APP['ENCRYPTION_KEYS'] is empty"
+        )
     from cryptography.fernet import InvalidToken
 
     try:
-        return box.decrypt(value[len(ENCRYPTED_PREFIX):].encode("ascii")).decode("utf-8")
+        return box.decrypt(value[len(ENCRYPTED_PREFIX) :].encode("ascii")).decode("utf-8")
     except (InvalidToken, UnicodeError) as err:
         raise DecryptionFailed(
             "an encrypted message cannot be decrypted with any of MEMORY_APP['ENCRYPTION_KEYS'] "
@@ -104,6 +107,7 @@ def decrypt_text(value: str) -> str:
 
 
 # -- rows -------------------------------------------------------------------------------------
+
 
 def encrypt_row(message: NewMessage) -> NewMessage:
     """The message as it is stored: content, content parts and tool call arguments encrypted
@@ -114,8 +118,11 @@ def encrypt_row(message: NewMessage) -> NewMessage:
     return dataclasses.replace(
         message,
         content=encrypt_text(message.content, box),
-        content_parts=(None if message.content_parts is None
-                       else encrypt_text(json.dumps(message.content_parts, ensure_ascii=False), box)),
+        content_parts=(
+            None
+            if message.content_parts is None
+            else encrypt_text(json.dumps(message.content_parts, ensure_ascii=False), box)
+        ),
         tool_calls=_map_arguments(message.tool_calls, lambda a: encrypt_text(a, box)),
     )
 
@@ -123,12 +130,18 @@ def encrypt_row(message: NewMessage) -> NewMessage:
 def decrypt_row(message: StoredMessage) -> StoredMessage:
     """A stored message with its encrypted fields decrypted; the same object when none is."""
     parts_encrypted = is_encrypted(message.content_parts)
-    if not (is_encrypted(message.content) or parts_encrypted or _has_encrypted_arguments(message.tool_calls)):
+    if not (
+        is_encrypted(message.content)
+        or parts_encrypted
+        or _has_encrypted_arguments(message.tool_calls)
+    ):
         return message
     return dataclasses.replace(
         message,
         content=decrypt_text(message.content),
-        content_parts=json.loads(decrypt_text(message.content_parts)) if parts_encrypted else message.content_parts,
+        content_parts=json.loads(decrypt_text(message.content_parts))
+        if parts_encrypted
+        else message.content_parts,
         tool_calls=_map_arguments(message.tool_calls, decrypt_text),
     )
 
@@ -138,7 +151,9 @@ def stored_values(content: str, content_parts: Any, tool_calls: Any) -> tuple | 
     already encrypted with it (used by ``memory_rotate_keys``; encryption must be on)."""
     _, box, newest = _load()
     if box is None:
-        raise DecryptionFailed("MEMORY_APP['ENCRYPTION_KEYS'] is empty: there is no key to encrypt with")
+        raise DecryptionFailed(
+            "MEMORY_APP['ENCRYPTION_KEYS'] is empty: there is no key to encrypt with"
+        )
     changed = False
 
     def current(value: str) -> str:
@@ -146,7 +161,7 @@ def stored_values(content: str, content_parts: Any, tool_calls: Any) -> tuple | 
         if not value:
             return value
         if is_encrypted(value):
-            token = value[len(ENCRYPTED_PREFIX):].encode("ascii")
+            token = value[len(ENCRYPTED_PREFIX) :].encode("ascii")
             try:
                 newest.decrypt(token)
                 return value

@@ -42,7 +42,8 @@ class FieldError(MemoryStoreError, ValueError):
 
 # ---- input: messages, sessions, snapshots, cursors, exports, search ----------------------------
 class InvalidMessage(FieldError):
-    """A message failed validation. ``field`` names the offending key, ``index`` its place in a batch."""
+    """A message failed validation. ``field`` names the offending key, ``index`` its place in a
+    batch."""
 
     code = "invalid_message"
 
@@ -198,7 +199,8 @@ class TransientEmbedderError(EmbedderError):
 # ---- configuration ----------------------------------------------------------------------------
 class DecryptionFailed(MemoryStoreError):
     """A stored message is encrypted and none of ``ENCRYPTION_KEYS`` opens it (a key was removed
-    before ``memory_rotate_keys`` ran, or the keys are wrong): a configuration error, not bad input."""
+    before ``memory_rotate_keys`` ran, or the keys are wrong): a configuration error, not bad
+    input."""
 
     code = "decryption_failed"
     status_code = 500
@@ -207,9 +209,25 @@ class DecryptionFailed(MemoryStoreError):
 
 #: Every error class, for documentation and for tests that every one has its place.
 CATALOGUE: tuple[type[MemoryStoreError], ...] = (
-    MemoryStoreError, FieldError, InvalidMessage, MessageTooLarge, IdempotencyConflict,
-    InvalidSession, InvalidSnapshot, InvalidCursor, InvalidExport, InvalidSearch, UnknownModel,
+    MemoryStoreError,
+    FieldError,
+    InvalidMessage,
+    MessageTooLarge,
+    IdempotencyConflict,
+    InvalidSession,
+    InvalidSnapshot,
+    InvalidCursor,
+    InvalidExport,
+    InvalidSearch,
+    UnknownModel,
     InvalidOwner,
-    SessionNotFound, SessionExists, SnapshotConflict, ProviderError, SummarizerError,
-    EmptySummary, EmbedderError, TransientEmbedderError, DecryptionFailed,
+    SessionNotFound,
+    SessionExists,
+    SnapshotConflict,
+    ProviderError,
+    SummarizerError,
+    EmptySummary,
+    EmbedderError,
+    TransientEmbedderError,
+    DecryptionFailed,
 )

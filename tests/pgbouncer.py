@@ -48,7 +48,9 @@ def embedded_server():
 
 
 def pgbouncer_binary() -> str:
-    found = shutil.which("pgbouncer") or ("/usr/sbin/pgbouncer" if Path("/usr/sbin/pgbouncer").exists() else None)
+    found = shutil.which("pgbouncer") or (
+        "/usr/sbin/pgbouncer" if Path("/usr/sbin/pgbouncer").exists() else None
+    )
     if not found:
         raise SystemExit("pgbouncer is not installed (Debian: apt-get install pgbouncer)")
     return found
@@ -70,14 +72,14 @@ listen_addr = 127.0.0.1
 listen_port = {port}
 unix_socket_dir =
 auth_type = trust
-auth_file = {run_dir / 'userlist.txt'}
+auth_file = {run_dir / "userlist.txt"}
 pool_mode = transaction
 default_pool_size = 20
 max_client_conn = 500
 server_reset_query =
 ignore_startup_parameters = extra_float_digits,options
-logfile = {run_dir / 'pgbouncer.log'}
-pidfile = {run_dir / 'pgbouncer.pid'}
+logfile = {run_dir / "pgbouncer.log"}
+pidfile = {run_dir / "pgbouncer.pid"}
 admin_users = postgres
 """)
     command = [pgbouncer_binary(), "-d"]
@@ -94,7 +96,9 @@ admin_users = postgres
             break
         except OSError:
             if time.monotonic() > deadline:
-                raise SystemExit(f"pgbouncer did not start; see {run_dir / 'pgbouncer.log'}") from None
+                raise SystemExit(
+                    f"pgbouncer did not start; see {run_dir / 'pgbouncer.log'}"
+                ) from None
             time.sleep(0.05)
     _drop_test_database(server)
     return f"postgresql://postgres@127.0.0.1:{port}/{DB_NAME}"

@@ -53,8 +53,15 @@ class StreamingPair:
     # ---- processes ------------------------------------------------------------------------
     def _run(self, command: str, *args: str, **kwargs: Any) -> str:
         extra = {"user": self.user} if self.user else {}
-        result = subprocess.run([str(self.bin / command), *args], check=True, capture_output=True,
-                                text=True, timeout=120, **extra, **kwargs)
+        result = subprocess.run(
+            [str(self.bin / command), *args],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            **extra,
+            **kwargs,
+        )
         return result.stdout
 
     def _configure(self, data_dir: Path, port: int) -> None:
@@ -79,23 +86,74 @@ max_connections = 50
         if self.user:
             entry = pwd.getpwnam(self.user)
             os.chown(self.base, entry.pw_uid, entry.pw_gid)
-        self._run("initdb", "-D", str(self.primary_dir), "-U", "postgres", "--auth=trust",
-                  "--no-instructions", "-E", "UTF8")
+        self._run(
+            "initdb",
+            "-D",
+            str(self.primary_dir),
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "--no-instructions",
+            "-E",
+            "UTF8",
+        )
         self._configure(self.primary_dir, self.primary_port)
         with (self.primary_dir / "pg_hba.conf").open("a") as hba:
             hba.write("host replication postgres 127.0.0.1/32 trust\n")
-        self._run("pg_ctl", "-D", str(self.primary_dir), "-l", str(self.base / "primary.log"),
-                  "-w", "start")
-        self._run("psql", "-h", "127.0.0.1", "-p", str(self.primary_port), "-U", "postgres",
-                  "-d", "postgres", "-c", f"CREATE DATABASE {DB_NAME}")
-        self._run("pg_basebackup", "-h", "127.0.0.1", "-p", str(self.primary_port), "-U", "postgres",
-                  "-D", str(self.standby_dir), "-R", "-X", "stream", "-c", "fast")
+        self._run(
+            "pg_ctl",
+            "-D",
+            str(self.primary_dir),
+            "-l",
+            str(self.base / "primary.log"),
+            "-w",
+            "start",
+        )
+        self._run(
+            "psql",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(self.primary_port),
+            "-U",
+            "postgres",
+            "-d",
+            "postgres",
+            "-c",
+            f"CREATE DATABASE {DB_NAME}",
+        )
+        self._run(
+            "pg_basebackup",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(self.primary_port),
+            "-U",
+            "postgres",
+            "-D",
+            str(self.standby_dir),
+            "-R",
+            "-X",
+            "stream",
+            "-c",
+            "fast",
+        )
         # The copied configuration names the primary's port and socket; the last line wins.
         self._configure(self.standby_dir, self.standby_port)
-        self._run("pg_ctl", "-D", str(self.standby_dir), "-l", str(self.base / "standby.log"),
-                  "-w", "start")
+        self._run(
+            "pg_ctl",
+            "-D",
+            str(self.standby_dir),
+            "-l",
+            str(self.base / "standby.log"),
+            "-w",
+            "start",
+        )
         deadline = time.monotonic() + 30
-        while self.replica_sql("SELECT count(*) FROM pg_stat_wal_receiver WHERE status = 'streaming'") != "1":
+        while (
+            self.replica_sql("SELECT count(*) FROM pg_stat_wal_receiver WHERE status = 'streaming'")
+            != "1"
+        ):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the standby does not stream; see {self.base / 'standby.log'}")
             time.sleep(0.1)
@@ -120,8 +178,20 @@ max_connections = 50
         return f"postgresql://postgres@127.0.0.1:{self.standby_port}/{DB_NAME}"
 
     def _sql(self, port: int, sql: str) -> str:
-        return self._run("psql", "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "-d", DB_NAME,
-                         "-XAtq", "-c", sql).strip()
+        return self._run(
+            "psql",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "-U",
+            "postgres",
+            "-d",
+            DB_NAME,
+            "-XAtq",
+            "-c",
+            sql,
+        ).strip()
 
     def primary_sql(self, sql: str) -> str:
         return self._sql(self.primary_port, sql)

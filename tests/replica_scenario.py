@@ -57,23 +57,40 @@ def main() -> dict:
     for i in range(40):
         stored = mem.add({"role": "user", "content": f"my parcel {i} is late"})
         started = time.perf_counter()
-        while on_replica("SELECT count(*) FROM memory_app_message WHERE session_id = %s AND seq = %s",
-                         [mem.id, stored.cursor])[0] == 0:
+        while (
+            on_replica(
+                "SELECT count(*) FROM memory_app_message WHERE session_id = %s AND seq = %s",
+                [mem.id, stored.cursor],
+            )[0]
+            == 0
+        ):
             time.sleep(0.0002)
         lags.append((time.perf_counter() - started) * 1000)
     lags.sort()
-    facts["lag_ms"] = {"samples": len(lags), "median": round(statistics.median(lags), 2),
-                       "p95": round(lags[int(len(lags) * 0.95) - 1], 2), "max": round(lags[-1], 2)}
+    facts["lag_ms"] = {
+        "samples": len(lags),
+        "median": round(statistics.median(lags), 2),
+        "p95": round(lags[int(len(lags) * 0.95) - 1], 2),
+        "max": round(lags[-1], 2),
+    }
     with primary.cursor() as cursor:
-        cursor.execute("SELECT state, extract(epoch FROM replay_lag) * 1000 FROM pg_stat_replication")
+        cursor.execute(
+            "SELECT state, extract(epoch FROM replay_lag) * 1000 FROM pg_stat_replication"
+        )
         state, replay_lag = cursor.fetchone()
-    facts["pg_stat_replication"] = {"state": state,
-                                    "replay_lag_ms": None if replay_lag is None else round(float(replay_lag), 3)}
+    facts["pg_stat_replication"] = {
+        "state": state,
+        "replay_lag_ms": None if replay_lag is None else round(float(replay_lag), 3),
+    }
 
     # An idle session (nothing written for longer than REPLICA_IDLE_SECONDS), replicated.
     idle = Memory.session("archived", owner=alice, namespace="bot")
-    idle.add_many([{"role": "user", "content": "an old parcel question"},
-                   {"role": "assistant", "content": "it was delivered"}])
+    idle.add_many(
+        [
+            {"role": "user", "content": "an old parcel question"},
+            {"role": "assistant", "content": "it was delivered"},
+        ]
+    )
     Session.objects.filter(pk=idle.id).update(updated_at=timezone.now() - dt.timedelta(days=2))
     lsn = primary.cursor()
     lsn.execute("SELECT pg_current_wal_lsn()")
@@ -95,50 +112,100 @@ def main() -> dict:
     def agent_turn():
         stored = mem.add({"role": "user", "content": "where is the courier now"})
         fresh = Memory.get(mem.id, owner=alice)
-        return (stored.cursor, fresh.window(max_tokens=4000).cursors[-1], fresh.last(1)[0].cursor,
-                fresh.messages(after=stored.cursor - 1)[0].cursor)
+        return (
+            stored.cursor,
+            fresh.window(max_tokens=4000).cursors[-1],
+            fresh.last(1)[0].cursor,
+            fresh.messages(after=stored.cursor - 1)[0].cursor,
+        )
+
     (cursor, window_last, last, listed), on_p, on_r = queries(agent_turn)
-    facts["agent_turn"] = {"cursor": cursor, "window_last": window_last, "last": last,
-                           "messages_first": listed, "primary_queries": on_p, "replica_queries": on_r}
+    facts["agent_turn"] = {
+        "cursor": cursor,
+        "window_last": window_last,
+        "last": last,
+        "messages_first": listed,
+        "primary_queries": on_p,
+        "replica_queries": on_r,
+    }
 
     # A window in a later unit of work, with no write before it, still reads the primary.
     def later_window():
         with unpinned():
             return Memory.get(mem.id, owner=alice).window(max_tokens=4000).cursors[-1]
+
     window_last, on_p, on_r = queries(later_window)
-    facts["later_window"] = {"window_last": window_last, "primary_queries": on_p, "replica_queries": on_r}
+    facts["later_window"] = {
+        "window_last": window_last,
+        "primary_queries": on_p,
+        "replica_queries": on_r,
+    }
 
     # Owner-scope search: stale-tolerant, answered by the replica (which lacks the new message).
     def owner_search():
-        return [r.message.cursor for r in Memory.get(mem.id, owner=alice)
-                .search("courier", scope="owner", mode="fulltext", limit=10)]
+        return [
+            r.message.cursor
+            for r in Memory.get(mem.id, owner=alice).search(
+                "courier", scope="owner", mode="fulltext", limit=10
+            )
+        ]
+
     with unpinned():  # a new unit of work (this one has written)
         found, on_p, on_r = queries(owner_search)
-    facts["owner_search"] = {"found_new": cursor in found, "primary_queries": on_p, "replica_queries": on_r}
+    facts["owner_search"] = {
+        "found_new": cursor in found,
+        "primary_queries": on_p,
+        "replica_queries": on_r,
+    }
     with unpinned():
-        found, on_p, on_r = queries(lambda: [r.message.cursor for r in Memory.get(mem.id, owner=alice)
-                                             .search("courier", scope="session", mode="fulltext")])
-    facts["session_search"] = {"found_new": cursor in found, "primary_queries": on_p, "replica_queries": on_r}
+        found, on_p, on_r = queries(
+            lambda: [
+                r.message.cursor
+                for r in Memory.get(mem.id, owner=alice).search(
+                    "courier", scope="session", mode="fulltext"
+                )
+            ]
+        )
+    facts["session_search"] = {
+        "found_new": cursor in found,
+        "primary_queries": on_p,
+        "replica_queries": on_r,
+    }
 
     # A write pins the context: the same owner search right after an append reads the primary.
     def search_after_write():
         with stale_reads():
             mem.add({"role": "user", "content": "the courier rang twice"})
-            return [r.message.content for r in Memory.get(mem.id, owner=alice)
-                    .search("rang twice", scope="owner", mode="fulltext")]
+            return [
+                r.message.content
+                for r in Memory.get(mem.id, owner=alice).search(
+                    "rang twice", scope="owner", mode="fulltext"
+                )
+            ]
+
     with unpinned():
         found, on_p, on_r = queries(search_after_write)
-    facts["pinned_search"] = {"found_new": "the courier rang twice" in found,
-                              "primary_queries": on_p, "replica_queries": on_r}
+    facts["pinned_search"] = {
+        "found_new": "the courier rang twice" in found,
+        "primary_queries": on_p,
+        "replica_queries": on_r,
+    }
 
     # Exports: an idle session's messages come from the replica, an active one's from the primary.
     with unpinned():
         data, on_p, on_r = queries(lambda: Memory.get(idle.id, owner=alice).export())
-    facts["idle_export"] = {"messages": len(data["messages"]), "primary_queries": on_p, "replica_queries": on_r}
+    facts["idle_export"] = {
+        "messages": len(data["messages"]),
+        "primary_queries": on_p,
+        "replica_queries": on_r,
+    }
     with unpinned():
         data, on_p, on_r = queries(lambda: Memory.get(mem.id, owner=alice).export())
-    facts["active_export"] = {"has_new": data["messages"][-1]["content"] == "the courier rang twice",
-                              "primary_queries": on_p, "replica_queries": on_r}
+    facts["active_export"] = {
+        "has_new": data["messages"][-1]["content"] == "the courier rang twice",
+        "primary_queries": on_p,
+        "replica_queries": on_r,
+    }
 
     # Over HTTP: the admin's session list reads the replica; an API append then a window in the
     # next request (a new context) reads the primary.
@@ -146,16 +213,28 @@ def main() -> dict:
     client.login(username="staff", password="pw")
     with unpinned():
         response, on_p, on_r = queries(lambda: client.get("/admin/memory_app/session/"))
-    facts["admin_list"] = {"status": response.status_code, "primary_queries": on_p, "replica_queries": on_r}
+    facts["admin_list"] = {
+        "status": response.status_code,
+        "primary_queries": on_p,
+        "replica_queries": on_r,
+    }
     api = Client()
     api.login(username="alice", password="pw")
     base = f"/api/memory/sessions/{mem.id}"
-    posted = api.post(f"{base}/messages/", {"role": "user", "content": "any news?"}, content_type="application/json")
+    posted = api.post(
+        f"{base}/messages/",
+        {"role": "user", "content": "any news?"},
+        content_type="application/json",
+    )
     with unpinned():
         response, on_p, on_r = queries(lambda: api.get(f"{base}/window/?max_tokens=4000"))
-    facts["api_window"] = {"posted": posted.status_code, "status": response.status_code,
-                           "sees_post": response.json()["cursors"][-1] == posted.json()["messages"][0]["cursor"],
-                           "primary_queries": on_p, "replica_queries": on_r}
+    facts["api_window"] = {
+        "posted": posted.status_code,
+        "status": response.status_code,
+        "sees_post": response.json()["cursors"][-1] == posted.json()["messages"][0]["cursor"],
+        "primary_queries": on_p,
+        "replica_queries": on_r,
+    }
 
     on_replica("SELECT pg_wal_replay_resume()")
     return facts

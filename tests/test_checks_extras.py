@@ -49,10 +49,13 @@ def test_nothing_optional_configured_needs_nothing(uninstall):
         assert check_settings() == []
 
 
-@pytest.mark.parametrize("setting, path", [
-    ("EMBEDDER", "memory_app.providers.embeddings.OpenAIEmbedder"),
-    ("SUMMARIZER", "memory_app.providers.summarizers.OpenAISummarizer"),
-])
+@pytest.mark.parametrize(
+    "setting, path",
+    [
+        ("EMBEDDER", "memory_app.providers.embeddings.OpenAIEmbedder"),
+        ("SUMMARIZER", "memory_app.providers.summarizers.OpenAISummarizer"),
+    ],
+)
 def test_openai_provider_without_the_openai_extra(uninstall, setting, path):
     with override_settings(MEMORY_APP={setting: path}):
         assert check_extras() == []  # installed here: no error
@@ -71,8 +74,9 @@ def test_a_subclass_of_the_openai_provider_needs_it_too(uninstall):
 
 def test_local_embedder_without_the_local_embeddings_extra(uninstall):
     uninstall("sentence_transformers")
-    with override_settings(MEMORY_APP={
-            "EMBEDDER": "memory_app.providers.embeddings.SentenceTransformerEmbedder"}):
+    with override_settings(
+        MEMORY_APP={"EMBEDDER": "memory_app.providers.embeddings.SentenceTransformerEmbedder"}
+    ):
         (error,) = check_extras()
     assert error.id == "memory_app.E013"
     assert "[local-embeddings]" in error.hint

@@ -63,7 +63,9 @@ def test_memory_demo_creates_api_users(db, capsys):
 
 def test_settings_check_reports_bad_values():
     assert check_settings() == []
-    with override_settings(MEMORY_APP={"TOKEN_ENCODING": "no_such_encoding", "MAX_MESSAGE_BYTES": 0}):
+    with override_settings(
+        MEMORY_APP={"TOKEN_ENCODING": "no_such_encoding", "MAX_MESSAGE_BYTES": 0}
+    ):
         ids = {e.id for e in check_settings()}
     assert ids == {"memory_app.E002", "memory_app.E003"}
 
@@ -73,8 +75,14 @@ MEMORY_COMMANDS = sorted(name for name, app in get_commands().items() if app == 
 
 
 def test_every_memory_command_is_a_memory_command():
-    assert MEMORY_COMMANDS == ["memory_demo", "memory_embed", "memory_owner", "memory_prune",
-                               "memory_rotate_keys", "memory_summarize"]
+    assert MEMORY_COMMANDS == [
+        "memory_demo",
+        "memory_embed",
+        "memory_owner",
+        "memory_prune",
+        "memory_rotate_keys",
+        "memory_summarize",
+    ]
     for name in MEMORY_COMMANDS:
         assert isinstance(load_command_class("memory_app", name), MemoryCommand), name
 
@@ -88,19 +96,28 @@ def run(name: str, *args, **options) -> str:
 @pytest.fixture
 def stored(db, user, settings):
     """Two sessions of alice's, one expired; the state every refused command must leave."""
-    settings.MEMORY_APP = {**getattr(settings, "MEMORY_APP", {}), "EMBED_ON_APPEND": False,
-                           "SUMMARIZE_THRESHOLD_TOKENS": None}
+    settings.MEMORY_APP = {
+        **getattr(settings, "MEMORY_APP", {}),
+        "EMBED_ON_APPEND": False,
+        "SUMMARIZE_THRESHOLD_TOKENS": None,
+    }
     live = Memory.session("live", owner=user)
     live.add_many([{"role": "user", "content": f"note {n}"} for n in range(6)])
     old = Memory.session("old", owner=user, expires_at=timezone.now() - timezone.timedelta(days=1))
     old.add({"role": "user", "content": "gone soon"})
-    Session.objects.filter(pk=live.id).update(updated_at=timezone.now() - timezone.timedelta(days=3))
+    Session.objects.filter(pk=live.id).update(
+        updated_at=timezone.now() - timezone.timedelta(days=3)
+    )
     return live, old
 
 
 def state() -> tuple:
-    return (sorted(Session.objects.values_list("key", "message_count", "metadata")),
-            Message.objects.count(), Snapshot.objects.count(), Embedding.objects.count())
+    return (
+        sorted(Session.objects.values_list("key", "message_count", "metadata")),
+        Message.objects.count(),
+        Snapshot.objects.count(),
+        Embedding.objects.count(),
+    )
 
 
 UNKNOWN = str(uuid.UUID(int=7))
@@ -114,24 +131,35 @@ BAD_ARGUMENTS = [
     (("memory_embed", "--limit", "ten"), "--limit: must be a whole number"),
     (("memory_summarize", "--session", "not-a-uuid"), "--session: is a session id"),
     (("memory_summarize", "--session", UNKNOWN, "--sync"), f"--session: no session {UNKNOWN}"),
-    (("memory_summarize", "--over-threshold", "--threshold", "-1"), "--threshold: must not be negative"),
-    (("memory_summarize", "--all", "--sync", "--keep-recent", "-1"),
-     "--keep-recent: must not be negative"),
+    (
+        ("memory_summarize", "--over-threshold", "--threshold", "-1"),
+        "--threshold: must not be negative",
+    ),
+    (
+        ("memory_summarize", "--all", "--sync", "--keep-recent", "-1"),
+        "--keep-recent: must not be negative",
+    ),
     (("memory_summarize", "--all", "--keep-recent", str(2**40)), "--keep-recent: must be at most"),
     (("memory_prune", "--idle", "0d"), "--idle: must be longer than zero"),
     (("memory_prune", "--idle", "90"), "--idle: takes a duration like 30d"),
     (("memory_prune", "--idle", "99999999999999d"), "--idle: must be at most 36500d"),
     (("memory_prune", "--batch-size", "0"), "--batch-size: must be at least 1"),
     (("memory_rotate_keys", "--batch-size", "-5"), "--batch-size: must be at least 1"),
-    (("memory_owner", "export", "alice", "--out", "/nonexistent/x.json"),
-     "--out: no folder '/nonexistent'"),
-    (("memory_owner", "export", "alice", "--out", "-", "--batch-size", "0"),
-     "--batch-size: must be at least 1"),
+    (
+        ("memory_owner", "export", "alice", "--out", "/nonexistent/x.json"),
+        "--out: no folder '/nonexistent'",
+    ),
+    (
+        ("memory_owner", "export", "alice", "--out", "-", "--batch-size", "0"),
+        "--batch-size: must be at least 1",
+    ),
     (("memory_owner", "erase", "nobody", "--yes"), "no user 'nobody'"),
 ]
 
 
-@pytest.mark.parametrize(("args", "says"), BAD_ARGUMENTS, ids=[" ".join(a) for a, _ in BAD_ARGUMENTS])
+@pytest.mark.parametrize(
+    ("args", "says"), BAD_ARGUMENTS, ids=[" ".join(a) for a, _ in BAD_ARGUMENTS]
+)
 def test_a_bad_argument_is_one_command_error_line_and_changes_nothing(stored, args, says):
     before = state()
     with pytest.raises(CommandError) as raised:
@@ -153,8 +181,9 @@ KEYWORD_OPTIONS = [
 ]
 
 
-@pytest.mark.parametrize(("name", "options", "says"), KEYWORD_OPTIONS,
-                         ids=[f"{n} {o}" for n, o, _ in KEYWORD_OPTIONS])
+@pytest.mark.parametrize(
+    ("name", "options", "says"), KEYWORD_OPTIONS, ids=[f"{n} {o}" for n, o, _ in KEYWORD_OPTIONS]
+)
 def test_keyword_options_of_call_command_are_refused_alike(stored, name, options, says):
     # call_command's keyword options bypass argparse; MemoryCommand applies the types itself.
     before = state()
@@ -165,7 +194,10 @@ def test_keyword_options_of_call_command_are_refused_alike(stored, name, options
 
 def test_an_unwritable_out_file_is_refused_before_anything_is_read(stored, tmp_path):
     (tmp_path / "locked").mkdir(mode=0o500)
-    cases = [(str(tmp_path / "missing" / "x.json"), "no folder"), (str(tmp_path), "is not a file name")]
+    cases = [
+        (str(tmp_path / "missing" / "x.json"), "no folder"),
+        (str(tmp_path), "is not a file name"),
+    ]
     if os.geteuid() != 0:  # root writes anywhere
         cases.append((str(tmp_path / "locked" / "x.json"), "is not writable"))
     for out, says in cases:
@@ -174,17 +206,30 @@ def test_an_unwritable_out_file_is_refused_before_anything_is_read(stored, tmp_p
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["locked"]
     target = tmp_path / "alice.json"
     assert "Exported 2 session(s), 7 message(s)" in run(
-        "memory_owner", "export", "alice", "--out", str(target), "--no-progress")
+        "memory_owner", "export", "alice", "--out", str(target), "--no-progress"
+    )
     assert target.stat().st_size > 0
 
 
 def test_good_arguments_still_work(stored):
     live, old = stored
-    assert run("memory_prune", "--idle", "2d", "--dry-run") == "2 session(s) would be deleted (dry run).\n"
-    assert run("memory_prune", idle="5d", batch_size=1, no_progress=True) == "Deleted 1 session(s).\n"
+    assert (
+        run("memory_prune", "--idle", "2d", "--dry-run")
+        == "2 session(s) would be deleted (dry run).\n"
+    )
+    assert (
+        run("memory_prune", idle="5d", batch_size=1, no_progress=True) == "Deleted 1 session(s).\n"
+    )
     assert list(Session.objects.values_list("key", flat=True)) == ["live"]
-    assert run("memory_summarize", "--session", str(live.id), "--sync", "--keep-recent", "2",
-               "--no-progress").startswith("1 compacted")
+    assert run(
+        "memory_summarize",
+        "--session",
+        str(live.id),
+        "--sync",
+        "--keep-recent",
+        "2",
+        "--no-progress",
+    ).startswith("1 compacted")
     assert live.latest_snapshot().upto == 4
 
 
@@ -195,16 +240,28 @@ def test_without_tqdm_the_progress_is_a_counter_line(stored, monkeypatch, capsys
     assert capsys.readouterr().err.strip().endswith("2/2 session")
 
 
-@pytest.mark.parametrize(("args", "says"), [
-    (("memory_embed", "--session", "not-a-uuid"), "argument --session: is a session id"),
-    (("memory_prune", "--idle", "0d"), "argument --idle: must be longer than zero"),
-    (("memory_summarize", "--all", "--keep-recent", "-1"), "argument --keep-recent: must not be negative"),
-])
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("memory_embed", "--session", "not-a-uuid"), "argument --session: is a session id"),
+        (("memory_prune", "--idle", "0d"), "argument --idle: must be longer than zero"),
+        (
+            ("memory_summarize", "--all", "--keep-recent", "-1"),
+            "argument --keep-recent: must not be negative",
+        ),
+    ],
+)
 def test_from_the_shell_a_bad_argument_is_a_usage_error_not_a_traceback(db, args, says):
     manage = Path(django_settings.BASE_DIR) / "manage.py"
     env = {**os.environ, "DATABASE_URL": database_url()}
-    done = subprocess.run([sys.executable, str(manage), *args], capture_output=True, text=True,
-                          env=env, timeout=120, cwd=manage.parent)
+    done = subprocess.run(
+        [sys.executable, str(manage), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        cwd=manage.parent,
+    )
     assert done.returncode == 2, done.stderr
     assert says in done.stderr and "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines()[0].startswith("usage: manage.py")

@@ -43,9 +43,12 @@ def _modules() -> dict[str, Path]:
 
 def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
     tree = ast.parse(path.read_text())
-    skipped = {id(n) for node in ast.walk(tree)
-               if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-               for n in ast.walk(node)}
+    skipped = {
+        id(n)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for n in ast.walk(node)
+    }
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
     targets: set[str] = set()
     for node in ast.walk(tree):
@@ -74,7 +77,8 @@ def test_no_module_imports_a_layer_above_its_own():
     modules = _modules()
     upward = [
         f"{name} (layer {layer_of(name) + 1}) imports {target} (layer {layer_of(target) + 1})"
-        for name, path in modules.items() if name != "memory_app"
+        for name, path in modules.items()
+        if name != "memory_app"
         for target in _imports(name, path, modules)
         if target != "memory_app" and layer_of(target) > layer_of(name)
     ]
@@ -91,7 +95,9 @@ def test_there_is_no_import_cycle():
         state[node] = 1
         for target in graph[node]:
             if state.get(target) == 1:
-                cycles.append(trail[trail.index(target):] + [target] if target in trail else [node, target])
+                cycles.append(
+                    trail[trail.index(target) :] + [target] if target in trail else [node, target]
+                )
             elif target not in state:
                 visit(target, [*trail, target])
         state[node] = 2

@@ -25,8 +25,13 @@ def test_concurrent_processes_get_gapless_unique_cursors(user):
     mem = Memory.session("contended", owner=user)
     env = {**os.environ, "DATABASE_URL": database_url()}
     workers = [
-        subprocess.Popen([sys.executable, "-m", "tests.append_worker", str(mem.id), "40", str(batch)],
-                         cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-m", "tests.append_worker", str(mem.id), "40", str(batch)],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         for batch in (1, 1, 3, 7)
     ]
     results = []
@@ -58,7 +63,12 @@ def test_an_append_is_one_round_trip(mem, django_assert_num_queries):
 @pytest.mark.parametrize("size", [100, 20_000])
 def test_reads_cost_the_same_whatever_the_session_length(mem, size, django_assert_max_num_queries):
     for start in range(0, size, 1000):
-        mem.add_many([{"role": "user", "content": f"message {i}"} for i in range(start, min(size, start + 1000))])
+        mem.add_many(
+            [
+                {"role": "user", "content": f"message {i}"}
+                for i in range(start, min(size, start + 1000))
+            ]
+        )
     with django_assert_max_num_queries(1):
         assert len(mem.last(50)) == 50
     with django_assert_max_num_queries(5):  # snapshot, system messages, two pages of the tail
@@ -66,7 +76,9 @@ def test_reads_cost_the_same_whatever_the_session_length(mem, size, django_asser
     assert window.cursors[-1] == size and window.budget_tokens <= 8000
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE memory_app_message")
-        sql, params = Message.objects.filter(session_id=mem.id).order_by("-seq")[:50].query.sql_with_params()
+        sql, params = (
+            Message.objects.filter(session_id=mem.id).order_by("-seq")[:50].query.sql_with_params()
+        )
         cursor.execute("EXPLAIN " + sql, params)
         plan = "\n".join(row[0] for row in cursor.fetchall())
     if size > 1000:  # the planner rightly scans tiny tables instead
@@ -110,12 +122,22 @@ def test_missing_pgvector_is_reported_clearly(tmp_path):
     try:
         target = url.rsplit("/", 1)[0] + "/" + name
         env = {**os.environ, "DATABASE_URL": target}
-        check = subprocess.run([sys.executable, "manage.py", "check", "--database", "default"],
-                               cwd=ROOT, env=env, capture_output=True, text=True)
+        check = subprocess.run(
+            [sys.executable, "manage.py", "check", "--database", "default"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         assert check.returncode != 0
         assert "memory_app.E001" in check.stderr and "pgvector" in check.stderr
-        migrate = subprocess.run([sys.executable, "manage.py", "migrate", "--skip-checks", "--no-input"],
-                                 cwd=ROOT, env=env, capture_output=True, text=True)
+        migrate = subprocess.run(
+            [sys.executable, "manage.py", "migrate", "--skip-checks", "--no-input"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         assert migrate.returncode != 0
         assert "needs the pgvector extension" in migrate.stderr
         assert "apt-get install postgresql-<version>-pgvector" in migrate.stderr

@@ -44,4 +44,6 @@ def test_the_projects_admin_override_is_used(admin_client):
     assert "data-demo-override" in html  # the marker of templates/admin/base_site.html
     assert "Conversation memory" in html  # Django's own base_site.html still renders under it
     origins = [t.origin.name for t in response.templates if t.name == "admin/base_site.html"]
-    assert any(o.endswith("/templates/admin/base_site.html") and "/django/" not in o for o in origins)
+    assert any(
+        o.endswith("/templates/admin/base_site.html") and "/django/" not in o for o in origins
+    )

@@ -43,7 +43,9 @@ def commands(block: str) -> list[tuple[str, str]]:
         line = lines[i]
         if line.startswith("$ "):
             command = [line[2:]]
-            while (command[-1].endswith("\\") or "\n".join(command).count("'") % 2) and i + 1 < len(lines):
+            while (command[-1].endswith("\\") or "\n".join(command).count("'") % 2) and i + 1 < len(
+                lines
+            ):
                 i += 1
                 command.append(lines[i])
             pairs.append(("\n".join(command), []))
@@ -79,7 +81,8 @@ def assert_documented_output(command: str, documented: str, actual: str) -> None
             if key == "id" or (isinstance(value, str) and "..." in value):
                 continue  # made anew each run / elided in the README
             assert value in list(_values(data, key)), (
-                f"{command!r}: the README shows {key}={raw}; the server answered {actual}")
+                f"{command!r}: the README shows {key}={raw}; the server answered {actual}"
+            )
         return
     for line in documented.splitlines():
         pattern = ".*".join(re.escape(part) for part in line.strip().split("..."))
@@ -108,7 +111,9 @@ def fresh_database(django_db_setup, django_db_blocker):
     url = admin_url.replace(f"/{connection.settings_dict['NAME']}", f"/{name}", 1)
     yield url
     with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
 
 
 @pytest.fixture
@@ -127,11 +132,20 @@ def clone(tmp_path) -> Path:
 
 
 def test_readme_console_session_runs_against_a_live_server(fresh_database, clone):
-    env = {**os.environ, "DATABASE_URL": fresh_database, "DJANGO_SETTINGS_MODULE": "project.settings"}
+    env = {
+        **os.environ,
+        "DATABASE_URL": fresh_database,
+        "DJANGO_SETTINGS_MODULE": "project.settings",
+    }
     env.pop("CELERY_BROKER_URL", None)
     env.pop("REDIS_URL", None)
-    subprocess.run([sys.executable, "manage.py", "migrate", "--no-input", "-v", "0"], cwd=clone,
-                   env=env, check=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--no-input", "-v", "0"],
+        cwd=clone,
+        env=env,
+        check=True,
+        timeout=300,
+    )
     steps = [pair for block in console_blocks(README.read_text()) for pair in commands(block)]
     assert any("drf_create_token alice" in c for c, _ in steps)
     assert sum(c.lstrip().startswith("curl") or "$(curl" in c for c, _ in steps) >= 8
@@ -140,9 +154,10 @@ def test_readme_console_session_runs_against_a_live_server(fresh_database, clone
         env["ADDRESS"] = server.base_url.removeprefix("http://")
         # One shell for the whole session (variables carry over); a marker after each command.
         marker = f"--8<-- {uuid.uuid4().hex}"
-        script = "".join(f"{command}\necho; echo \"{marker} $?\"\n" for command, _ in steps)
-        result = subprocess.run(["bash", "-c", script], cwd=clone, env=env, capture_output=True,
-                                text=True, timeout=300)
+        script = "".join(f'{command}\necho; echo "{marker} $?"\n' for command, _ in steps)
+        result = subprocess.run(
+            ["bash", "-c", script], cwd=clone, env=env, capture_output=True, text=True, timeout=300
+        )
     outputs = re.split(rf"\n?{re.escape(marker)} (\d+)\n", result.stdout)
     codes = outputs[1::2]
     assert len(codes) == len(steps), result.stdout + result.stderr

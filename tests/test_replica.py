@@ -30,12 +30,23 @@ def facts():
     pair = StreamingPair(Path(tempfile.mkdtemp(prefix="memory-replica-")))
     try:
         pair.start()
-        env = {**os.environ, "DATABASE_URL": pair.primary_url, "REPLICA_DATABASE_URL": pair.replica_url,
-               "DJANGO_SETTINGS_MODULE": "project.settings", "MEMORY_APP_JSON": "{}"}
+        env = {
+            **os.environ,
+            "DATABASE_URL": pair.primary_url,
+            "REPLICA_DATABASE_URL": pair.replica_url,
+            "DJANGO_SETTINGS_MODULE": "project.settings",
+            "MEMORY_APP_JSON": "{}",
+        }
         for name in ("CELERY_BROKER_URL", "REDIS_URL", "DB_TRANSACTION_POOLER"):
             env.pop(name, None)
-        run = subprocess.run([sys.executable, "-m", "tests.replica_scenario"], cwd=ROOT, env=env,
-                             capture_output=True, text=True, timeout=200)
+        run = subprocess.run(
+            [sys.executable, "-m", "tests.replica_scenario"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=200,
+        )
         assert run.returncode == 0, run.stderr[-4000:]
         found = json.loads(run.stdout.strip().splitlines()[-1])
         print("replica facts:", json.dumps(found))

@@ -49,8 +49,11 @@ def _detail(request: Request) -> str:
     if not path.endswith("/") and _routed(path + "/"):
         right = request.build_absolute_uri(request.path + "/")
         query = request.META.get("QUERY_STRING", "")
-        return (f"No endpoint at {request.path}: API URLs end with a slash; use {right}"
-                + (f"?{query}" if query else "") + ".")
+        return (
+            f"No endpoint at {request.path}: API URLs end with a slash; use {right}"
+            + (f"?{query}" if query else "")
+            + "."
+        )
     return f"No endpoint at {request.path}."
 
 

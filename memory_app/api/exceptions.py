@@ -3,7 +3,8 @@
 Every error body has the same shape: ``{"detail": "...", "code": "..."}``, plus ``field`` (and
 ``index`` for a message of a batch) and ``errors`` (``{field: [messages]}``) when a field is at
 fault, and the versions involved for a snapshot conflict. The adapter's typed errors map to
-statuses through the attributes each error class carries (``memory_app.exceptions``); DRF's own errors (validation, authentication, throttling,
+statuses through the attributes each error class carries (``memory_app.exceptions``); DRF's
+own errors (validation, authentication, throttling,
 404) are reshaped to the same body; a body over ``DATA_UPLOAD_MAX_MEMORY_SIZE`` is a 413 and an
 unavailable database a 503 with ``Retry-After``.
 """
@@ -37,15 +38,21 @@ def memory_exception_handler(exc: Exception, context: dict[str, Any]) -> Respons
         # The database is down, restarting or dropped the connection (Django reconnects on the
         # next request): a retryable 503, not a 500. Nothing was half stored: writes are atomic.
         logger.warning("memory API: database unavailable: %s", exc, exc_info=exc)
-        return Response({"detail": "The database is unavailable; retry shortly.",
-                         "code": "database_unavailable"},
-                        status=status.HTTP_503_SERVICE_UNAVAILABLE,
-                        headers={"Retry-After": str(DATABASE_RETRY_AFTER)})
+        return Response(
+            {
+                "detail": "The database is unavailable; retry shortly.",
+                "code": "database_unavailable",
+            },
+            status=status.HTTP_503_SERVICE_UNAVAILABLE,
+            headers={"Retry-After": str(DATABASE_RETRY_AFTER)},
+        )
     if isinstance(exc, RequestDataTooBig):
         # Django raises it on reading a body over DATA_UPLOAD_MAX_MEMORY_SIZE; left alone it
         # would become Django's HTML "400 Bad Request" page.
-        return Response({"detail": f"The request body is too large: {exc}", "code": "request_too_large"},
-                        status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
+        return Response(
+            {"detail": f"The request body is too large: {exc}", "code": "request_too_large"},
+            status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+        )
     response = drf_exception_handler(exc, context)
     if response is None:
         return None  # a real bug: let Django answer 500 and log it
@@ -87,10 +94,17 @@ def _drf_error_body(exc: Exception, data: Any) -> dict[str, Any]:
         return body
     if isinstance(exc, drf_exceptions.APIException):
         codes = exc.get_codes()
-        return {"detail": str(exc.detail), "code": codes if isinstance(codes, str) else exc.default_code}
+        return {
+            "detail": str(exc.detail),
+            "code": codes if isinstance(codes, str) else exc.default_code,
+        }
     # Django's Http404 / PermissionDenied, already turned into DRF responses.
     detail = data.get("detail", "") if isinstance(data, dict) else str(data)
-    code = "not_found" if getattr(detail, "code", None) == "not_found" else getattr(detail, "code", "error")
+    code = (
+        "not_found"
+        if getattr(detail, "code", None) == "not_found"
+        else getattr(detail, "code", "error")
+    )
     return {"detail": str(detail), "code": code}
 
 

@@ -39,11 +39,20 @@ class SessionCursorPagination(CursorPagination):
             return super().decode_cursor(request)
         except NotFound:
             # A malformed cursor is bad input (400), not a missing resource.
-            raise serializers.ValidationError({self.cursor_query_param: [self.invalid_cursor_message]}) from None
+            raise serializers.ValidationError(
+                {self.cursor_query_param: [self.invalid_cursor_message]}
+            ) from None
 
 
-def next_messages_link(request, page: list[StoredMessage], *, has_more: bool, limit: int,
-                       after: int | None, before: int | None) -> str | None:
+def next_messages_link(
+    request,
+    page: list[StoredMessage],
+    *,
+    has_more: bool,
+    limit: int,
+    after: int | None,
+    before: int | None,
+) -> str | None:
     """The URL of the page after ``page`` of ``GET messages/``, in the direction of reading.
 
     Forwards (``after``, optionally bounded by ``before``): the page after the last message.

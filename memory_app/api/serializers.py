@@ -45,13 +45,17 @@ class StrictFieldsMixin:
             if unknown:
                 allowed = ", ".join(sorted(writable))
                 raise serializers.ValidationError(
-                    {name: [f"Unknown or read-only field; accepted fields: {allowed}."] for name in unknown}
+                    {
+                        name: [f"Unknown or read-only field; accepted fields: {allowed}."]
+                        for name in unknown
+                    }
                 )
         return super().to_internal_value(data)
 
 
 # JSON has types: a client sending 5 for a string or "true" for a boolean is told so, rather
 # than having DRF's coercion guess (the schema promises what is accepted, exactly).
+
 
 class StrictCharField(serializers.CharField):
     def to_internal_value(self, data: Any) -> str:
@@ -103,7 +107,8 @@ CONTENT_SCHEMA = {
         },
     ],
     "nullable": True,
-    "description": "Text, a list of OpenAI content parts, or null (an assistant message with tool calls).",
+    "description": "Text, a list of OpenAI content parts, or null (an assistant message with "
+    "tool calls).",
 }
 
 
@@ -114,8 +119,9 @@ class ContentField(serializers.JSONField):
 
 class ToolCallFunctionSerializer(serializers.Serializer):
     name = serializers.CharField(min_length=1)
-    arguments = serializers.CharField(required=False, allow_blank=True,
-                                      help_text="The arguments as a JSON string.")
+    arguments = serializers.CharField(
+        required=False, allow_blank=True, help_text="The arguments as a JSON string."
+    )
 
 
 class ToolCallSerializer(serializers.Serializer):
@@ -129,20 +135,33 @@ class MessageInSerializer(serializers.Serializer):
 
     role = serializers.ChoiceField(choices=Role.choices)
     content = ContentField(required=False, allow_null=True)
-    name = serializers.CharField(required=False, allow_null=True, allow_blank=True, max_length=MAX_NAME)
-    tool_calls = ToolCallSerializer(many=True, required=False, allow_null=True,
-                                    help_text="Assistant messages only.")
-    tool_call_id = serializers.CharField(required=False, allow_null=True, allow_blank=True, max_length=MAX_KEY,
-                                         help_text="Tool messages only: the call they answer.")
-    metadata = serializers.DictField(required=False, allow_null=True,
-                                     help_text="Free-form, stored with the message.")
+    name = serializers.CharField(
+        required=False, allow_null=True, allow_blank=True, max_length=MAX_NAME
+    )
+    tool_calls = ToolCallSerializer(
+        many=True, required=False, allow_null=True, help_text="Assistant messages only."
+    )
+    tool_call_id = serializers.CharField(
+        required=False,
+        allow_null=True,
+        allow_blank=True,
+        max_length=MAX_KEY,
+        help_text="Tool messages only: the call they answer.",
+    )
+    metadata = serializers.DictField(
+        required=False, allow_null=True, help_text="Free-form, stored with the message."
+    )
     remember = serializers.BooleanField(required=False, help_text="Never pruned by snapshots.")
     idempotency_key = serializers.CharField(
-        required=False, allow_null=True, max_length=MAX_KEY,
-        help_text="A retried append with the same key returns the stored message instead of a copy.",
+        required=False,
+        allow_null=True,
+        max_length=MAX_KEY,
+        help_text="A retried append with the same key returns the stored message instead of a "
+        "copy.",
     )
-    extra = serializers.DictField(required=False, allow_null=True,
-                                  help_text="Other OpenAI message fields, kept losslessly.")
+    extra = serializers.DictField(
+        required=False, allow_null=True, help_text="Other OpenAI message fields, kept losslessly."
+    )
 
 
 @extend_schema_field(MessageInSerializer(many=True))
@@ -158,6 +177,7 @@ class MessageBatchInSerializer(serializers.Serializer):
 
 # -- responses ---------------------------------------------------------------------------------
 
+
 class StoredMessageSerializer(serializers.Serializer):
     """A message of the log in OpenAI form, with its cursor and the store's fields.
 
@@ -165,7 +185,9 @@ class StoredMessageSerializer(serializers.Serializer):
     top-level keys, as in the message that was appended.
     """
 
-    cursor = serializers.IntegerField(help_text="Its place in the log: gapless, ordered, never reused.")
+    cursor = serializers.IntegerField(
+        help_text="Its place in the log: gapless, ordered, never reused."
+    )
     role = serializers.ChoiceField(choices=Role.choices)
     content = ContentField(allow_null=True)
     name = serializers.CharField(required=False)
@@ -185,7 +207,9 @@ class StoredMessageSerializer(serializers.Serializer):
 class AppendedMessagesSerializer(serializers.Serializer):
     """The stored messages: the shape of a page of ``GET messages/``, with no next page."""
 
-    messages = StoredMessageSerializer(many=True, help_text="The stored messages, in order, with cursors.")
+    messages = StoredMessageSerializer(
+        many=True, help_text="The stored messages, in order, with cursors."
+    )
     next = serializers.URLField(allow_null=True, help_text="Always null: an append is one page.")
 
 
@@ -196,7 +220,7 @@ class MessagePageSerializer(serializers.Serializer):
     next = serializers.URLField(
         allow_null=True,
         help_text="The next page in the direction of reading (after the last message, or with "
-                  "`before`, before the first), or null when there is no more.",
+        "`before`, before the first), or null when there is no more.",
     )
 
 
@@ -212,15 +236,18 @@ class OpenAIMessageSerializer(serializers.Serializer):
 
 class WindowSerializer(serializers.Serializer):
     messages = OpenAIMessageSerializer(
-        many=True, help_text="What to send the model next: summary and pinned messages, system "
-                             "messages, then the newest messages that fit.",
+        many=True,
+        help_text="What to send the model next: summary and pinned messages, system "
+        "messages, then the newest messages that fit.",
     )
     cursors = serializers.ListField(
         child=serializers.IntegerField(allow_null=True),
         help_text="Each message's cursor; null for the summary and pinned messages.",
     )
     tokens = serializers.IntegerField(help_text="Tokens of every message.")
-    budget_tokens = serializers.IntegerField(help_text="Tokens counted toward max_tokens (not system messages).")
+    budget_tokens = serializers.IntegerField(
+        help_text="Tokens counted toward max_tokens (not system messages)."
+    )
     snapshot_version = serializers.IntegerField(allow_null=True)
     first_cursor = serializers.IntegerField(allow_null=True)
 
@@ -248,7 +275,9 @@ class SessionSerializer(serializers.Serializer):
     title = serializers.CharField(read_only=True)
     metadata = serializers.DictField(read_only=True)
     message_count = serializers.IntegerField(read_only=True, help_text="Messages stored now.")
-    token_count = serializers.IntegerField(read_only=True, help_text="Tokens of the stored messages.")
+    token_count = serializers.IntegerField(
+        read_only=True, help_text="Tokens of the stored messages."
+    )
     has_snapshot = serializers.BooleanField(read_only=True)
     created_at = serializers.DateTimeField(read_only=True)
     updated_at = serializers.DateTimeField(read_only=True)
@@ -257,61 +286,88 @@ class SessionSerializer(serializers.Serializer):
 
 # -- requests ----------------------------------------------------------------------------------
 
+
 class SessionCreateSerializer(StrictFieldsMixin, serializers.Serializer):
     key = StrictCharField(max_length=MAX_KEY, help_text="Unique per owner and namespace.")
-    namespace = StrictCharField(max_length=MAX_NAMESPACE, required=False, help_text="The agent's name.")
+    namespace = StrictCharField(
+        max_length=MAX_NAMESPACE, required=False, help_text="The agent's name."
+    )
     title = StrictCharField(max_length=MAX_TITLE, required=False, allow_blank=True)
     metadata = serializers.DictField(required=False)
-    expires_at = serializers.DateTimeField(required=False, allow_null=True,
-                                           help_text="Deleted by memory_prune after this time.")
+    expires_at = serializers.DateTimeField(
+        required=False, allow_null=True, help_text="Deleted by memory_prune after this time."
+    )
     get_or_create = StrictBooleanField(
         default=False,
         help_text="When the key is taken: false (default) answers 409; true returns the existing "
-                  "session with 200 (its title, metadata and expiry unchanged).",
+        "session with 200 (its title, metadata and expiry unchanged).",
     )
 
 
 class SessionUpdateSerializer(StrictFieldsMixin, serializers.Serializer):
     title = StrictCharField(max_length=MAX_TITLE, required=False, allow_blank=True)
-    metadata = serializers.DictField(required=False, help_text="Replaces the whole metadata object.")
-    expires_at = serializers.DateTimeField(required=False, allow_null=True, help_text="null: never expires.")
+    metadata = serializers.DictField(
+        required=False, help_text="Replaces the whole metadata object."
+    )
+    expires_at = serializers.DateTimeField(
+        required=False, allow_null=True, help_text="null: never expires."
+    )
 
 
 class SnapshotCreateSerializer(StrictFieldsMixin, serializers.Serializer):
     summary = StrictCharField(help_text="Stands for every message up to `upto`.")
-    upto = StrictIntegerField(min_value=0, max_value=MAX_CURSOR,
-                              help_text="Cursor of the last message the summary covers.")
-    prev_version = StrictIntegerField(
-        required=False, allow_null=True, min_value=1, max_value=MAX_COUNT,
-        help_text="Version of the latest snapshot you read; omit or null if there was none. "
-                  "If another snapshot was saved since, the answer is 409 and nothing is written.",
+    upto = StrictIntegerField(
+        min_value=0,
+        max_value=MAX_CURSOR,
+        help_text="Cursor of the last message the summary covers.",
     )
-    pinned = MessageListField(required=False,
-                              help_text="Messages always sent with the summary (e.g. the task).")
-    model = StrictCharField(required=False, allow_blank=True, max_length=MAX_MODEL,
-                            help_text="Who wrote the summary.")
+    prev_version = StrictIntegerField(
+        required=False,
+        allow_null=True,
+        min_value=1,
+        max_value=MAX_COUNT,
+        help_text="Version of the latest snapshot you read; omit or null if there was none. "
+        "If another snapshot was saved since, the answer is 409 and nothing is written.",
+    )
+    pinned = MessageListField(
+        required=False, help_text="Messages always sent with the summary (e.g. the task)."
+    )
+    model = StrictCharField(
+        required=False, allow_blank=True, max_length=MAX_MODEL, help_text="Who wrote the summary."
+    )
     metadata = serializers.DictField(required=False)
     prune = StrictBooleanField(
-        required=False, allow_null=True,
+        required=False,
+        allow_null=True,
         help_text="Delete the covered messages (default: the PRUNE_COMPACTED setting).",
     )
 
 
 class SessionListQuerySerializer(serializers.Serializer):
-    namespace = serializers.CharField(required=False, max_length=MAX_NAMESPACE,
-                                      help_text="Only sessions of this namespace (agent).")
+    namespace = serializers.CharField(
+        required=False,
+        max_length=MAX_NAMESPACE,
+        help_text="Only sessions of this namespace (agent).",
+    )
 
 
 class MessagesQuerySerializer(serializers.Serializer):
-    after = QueryIntegerField(required=False, min_value=0, max_value=MAX_CURSOR,
-                              help_text="Return messages with a cursor greater than this.")
+    after = QueryIntegerField(
+        required=False,
+        min_value=0,
+        max_value=MAX_CURSOR,
+        help_text="Return messages with a cursor greater than this.",
+    )
     before = QueryIntegerField(
-        required=False, min_value=0, max_value=MAX_CURSOR,
+        required=False,
+        min_value=0,
+        max_value=MAX_CURSOR,
         help_text="Return messages with a cursor less than this. Without `after`, the page is "
-                  "the `limit` messages just before it (still oldest first): paging backwards.",
+        "the `limit` messages just before it (still oldest first): paging backwards.",
     )
     limit = QueryIntegerField(
-        required=False, min_value=1,
+        required=False,
+        min_value=1,
         help_text="Page size (default API_MESSAGES_PAGE_SIZE, at most API_MESSAGES_MAX_PAGE_SIZE).",
     )
 
@@ -319,33 +375,51 @@ class MessagesQuerySerializer(serializers.Serializer):
         fields = super().get_fields()
         # The maximum is the setting read now, so the validation and the schema say the same.
         fields["limit"] = QueryIntegerField(
-            required=False, min_value=1, max_value=memory_settings.API_MESSAGES_MAX_PAGE_SIZE,
+            required=False,
+            min_value=1,
+            max_value=memory_settings.API_MESSAGES_MAX_PAGE_SIZE,
             help_text=fields["limit"].help_text,
         )
         return fields
 
 
 class WindowQuerySerializer(serializers.Serializer):
-    max_tokens = QueryIntegerField(required=False, min_value=0, max_value=MAX_COUNT,
-                                   help_text="Token budget (system messages do not count).")
-    max_messages = QueryIntegerField(required=False, min_value=0, max_value=MAX_COUNT,
-                                     help_text="Most messages after the summary.")
-    model = serializers.CharField(required=False, max_length=200,
-                                  help_text="Count tokens with this model's encoding.")
+    max_tokens = QueryIntegerField(
+        required=False,
+        min_value=0,
+        max_value=MAX_COUNT,
+        help_text="Token budget (system messages do not count).",
+    )
+    max_messages = QueryIntegerField(
+        required=False,
+        min_value=0,
+        max_value=MAX_COUNT,
+        help_text="Most messages after the summary.",
+    )
+    model = serializers.CharField(
+        required=False, max_length=200, help_text="Count tokens with this model's encoding."
+    )
 
 
 class ImportQuerySerializer(serializers.Serializer):
-    key = serializers.CharField(required=False, max_length=MAX_KEY, help_text="Store under this key instead.")
-    namespace = serializers.CharField(required=False, max_length=MAX_NAMESPACE,
-                                      help_text="Store in this namespace instead.")
+    key = serializers.CharField(
+        required=False, max_length=MAX_KEY, help_text="Store under this key instead."
+    )
+    namespace = serializers.CharField(
+        required=False, max_length=MAX_NAMESPACE, help_text="Store in this namespace instead."
+    )
 
 
 # -- export / import ---------------------------------------------------------------------------
 
+
 class ExportSessionSerializer(serializers.Serializer):
     id = serializers.UUIDField(required=False)
-    owner = serializers.JSONField(required=False, allow_null=True,
-                                  help_text="The owner's primary key (import makes it yours).")
+    owner = serializers.JSONField(
+        required=False,
+        allow_null=True,
+        help_text="The owner's primary key (import makes it yours).",
+    )
     key = serializers.CharField()
     namespace = serializers.CharField(required=False)
     title = serializers.CharField(required=False, allow_blank=True)
@@ -353,8 +427,9 @@ class ExportSessionSerializer(serializers.Serializer):
     created_at = serializers.DateTimeField(required=False, allow_null=True)
     updated_at = serializers.DateTimeField(required=False, allow_null=True)
     expires_at = serializers.DateTimeField(required=False, allow_null=True)
-    next_seq = serializers.IntegerField(required=False, min_value=1,
-                                        help_text="Cursor the next message gets.")
+    next_seq = serializers.IntegerField(
+        required=False, min_value=1, help_text="Cursor the next message gets."
+    )
 
 
 class ExportMessageSerializer(MessageInSerializer):
@@ -389,12 +464,13 @@ class SessionExportSerializer(serializers.Serializer):
 
 # -- per owner: export and erase ---------------------------------------------------------------
 
+
 class OwnerExportSerializer(serializers.Serializer):
     """Every session of the requesting user; each restores with POST `sessions/import/`."""
 
     format = serializers.ChoiceField(choices=["memory_app.owner"])
     version = serializers.ChoiceField(choices=[1])
-    owner = serializers.DictField(help_text="`{\"id\": ...}`: whose sessions these are.")
+    owner = serializers.DictField(help_text='`{"id": ...}`: whose sessions these are.')
     exported_at = serializers.DateTimeField()
     sessions = SessionExportSerializer(many=True)
 
@@ -420,6 +496,7 @@ class ErasedRowsSerializer(serializers.Serializer):
 # The adapter checks the search arguments (InvalidSearch, a 400 naming the field); these
 # serializers only turn query strings into Python values and describe the rules in the schema.
 
+
 @extend_schema_field({"type": "integer", "minimum": 1, "maximum": MAX_SEARCH_LIMIT, "default": 5})
 class SearchLimitField(QueryIntegerField):
     """How many results; the range is the adapter's (``InvalidSearch`` on ``limit``)."""
@@ -440,7 +517,9 @@ class ModeField(serializers.CharField):
     """``hybrid``, ``vector`` or ``fulltext``, checked by the adapter."""
 
 
-@extend_schema_field({"type": "string", "pattern": rf"^({'|'.join(Role.values)})(,({'|'.join(Role.values)}))*$"})
+@extend_schema_field(
+    {"type": "string", "pattern": rf"^({'|'.join(Role.values)})(,({'|'.join(Role.values)}))*$"}
+)
 class RolesField(serializers.CharField):
     """A comma-separated list of roles, handed to the adapter as a list (it checks the roles)."""
 
@@ -451,38 +530,66 @@ class RolesField(serializers.CharField):
 class SearchQuerySerializer(serializers.Serializer):
     q = serializers.CharField(max_length=MAX_QUERY, help_text="What to look for.")
     limit = SearchLimitField(required=False, default=5, help_text="How many results, best first.")
-    scope = ScopeField(required=False, default="session",
-                       help_text="`session`: this session; `owner`: every session of its owner.")
-    mode = ModeField(required=False, help_text="`hybrid` (vector and full-text fused), `vector` or "
-                                               "`fulltext`; default: the SEARCH_MODE setting.")
-    roles = RolesField(required=False, help_text="Only messages of these roles, comma-separated "
-                                                 "(e.g. `user,assistant`).")
+    scope = ScopeField(
+        required=False,
+        default="session",
+        help_text="`session`: this session; `owner`: every session of its owner.",
+    )
+    mode = ModeField(
+        required=False,
+        help_text="`hybrid` (vector and full-text fused), `vector` or "
+        "`fulltext`; default: the SEARCH_MODE setting.",
+    )
+    roles = RolesField(
+        required=False,
+        help_text="Only messages of these roles, comma-separated (e.g. `user,assistant`).",
+    )
 
 
 class ContextQuerySerializer(WindowQuerySerializer):
-    q = serializers.CharField(required=False, allow_blank=True, max_length=MAX_QUERY,
-                              help_text="What the next turn is about; empty or absent: no recall.")
-    recall_k = RecallCountField(required=False, default=5,
-                                help_text="Most older messages to recall into the untrusted block.")
-    scope = ScopeField(required=False, default="session",
-                       help_text="Where to recall from: `session` or `owner` (all your sessions).")
+    q = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        max_length=MAX_QUERY,
+        help_text="What the next turn is about; empty or absent: no recall.",
+    )
+    recall_k = RecallCountField(
+        required=False,
+        default=5,
+        help_text="Most older messages to recall into the untrusted block.",
+    )
+    scope = ScopeField(
+        required=False,
+        default="session",
+        help_text="Where to recall from: `session` or `owner` (all your sessions).",
+    )
     mode = ModeField(required=False, help_text="Search mode of the recall (default: SEARCH_MODE).")
-    roles = RolesField(required=False, help_text="Recall only these roles, comma-separated "
-                                                 "(default: the RECALL_ROLES setting).")
+    roles = RolesField(
+        required=False,
+        help_text="Recall only these roles, comma-separated (default: the RECALL_ROLES setting).",
+    )
 
 
 class SearchResultSerializer(serializers.Serializer):
     score = serializers.FloatField(help_text="Higher is better; its scale depends on the mode.")
     cursor = serializers.IntegerField(help_text="The message's cursor in its session.")
     session_id = serializers.UUIDField(help_text="The session the message is in.")
-    ranks = serializers.DictField(child=serializers.IntegerField(),
-                                  help_text="Its 1-based rank in each ranking that found it.")
-    message = StoredMessageSerializer(help_text="The message in OpenAI form with its cursor (never "
-                                                "its embedding).")
+    ranks = serializers.DictField(
+        child=serializers.IntegerField(),
+        help_text="Its 1-based rank in each ranking that found it.",
+    )
+    message = StoredMessageSerializer(
+        help_text="The message in OpenAI form with its cursor (never its embedding)."
+    )
 
     def to_representation(self, instance) -> dict[str, Any]:
-        return {"score": instance.score, "cursor": instance.cursor, "session_id": str(instance.session_id),
-                "ranks": dict(instance.ranks), "message": instance.message.as_dict()}
+        return {
+            "score": instance.score,
+            "cursor": instance.cursor,
+            "session_id": str(instance.session_id),
+            "ranks": dict(instance.ranks),
+            "message": instance.message.as_dict(),
+        }
 
 
 class SearchResultsSerializer(serializers.Serializer):
@@ -493,44 +600,68 @@ class ContextSerializer(WindowSerializer):
     """A window plus recalled messages, which appear only inside ONE system message labelled as
     untrusted reference data (its cursor is null)."""
 
-    recalled = SearchResultSerializer(many=True, help_text="The search results in the recall block.")
+    recalled = SearchResultSerializer(
+        many=True, help_text="The search results in the recall block."
+    )
     recall_tokens = serializers.IntegerField(help_text="Tokens of the recall block (in `tokens`).")
 
     def to_representation(self, instance) -> dict[str, Any]:
-        data = {name: getattr(instance, name) for name in (
-            "messages", "cursors", "tokens", "budget_tokens", "snapshot_version", "first_cursor",
-            "recall_tokens")}
+        data = {
+            name: getattr(instance, name)
+            for name in (
+                "messages",
+                "cursors",
+                "tokens",
+                "budget_tokens",
+                "snapshot_version",
+                "first_cursor",
+                "recall_tokens",
+            )
+        }
         data["recalled"] = SearchResultSerializer(instance.recalled, many=True).data
         return data
 
 
 class SummarizeSerializer(StrictFieldsMixin, serializers.Serializer):
     keep_recent = StrictIntegerField(
-        required=False, allow_null=True, min_value=0, max_value=MAX_COUNT,
+        required=False,
+        allow_null=True,
+        min_value=0,
+        max_value=MAX_COUNT,
         help_text="Newest messages left out of the summary (default: SUMMARIZE_KEEP_RECENT).",
     )
 
 
 class TaskSerializer(serializers.Serializer):
-    task_id = serializers.CharField(allow_null=True, help_text="The summarize_session task's id "
-                                                              "(null when one was already pending).")
+    task_id = serializers.CharField(
+        allow_null=True,
+        help_text="The summarize_session task's id (null when one was already pending).",
+    )
     state = serializers.ChoiceField(
         choices=["queued", "ran", "pending"],
         help_text="queued: a worker will run it; ran: no broker, it ran before this answer; "
-                  "pending: a run for this session was already queued or running.")
+        "pending: a run for this session was already queued or running.",
+    )
 
 
 # -- errors ------------------------------------------------------------------------------------
 
+
 class ErrorSerializer(serializers.Serializer):
     detail = serializers.CharField(help_text="What went wrong, for people.")
     code = serializers.CharField(help_text="What went wrong, for programs (e.g. invalid_message).")
-    field = serializers.CharField(required=False, help_text="The field at fault, when there is one.")
+    field = serializers.CharField(
+        required=False, help_text="The field at fault, when there is one."
+    )
     index = serializers.IntegerField(required=False, help_text="The message's place in a batch.")
     errors = serializers.DictField(required=False, help_text="Messages by field.")
 
 
 class SnapshotConflictSerializer(ErrorSerializer):
-    expected_version = serializers.IntegerField(allow_null=True, help_text="The prev_version you sent.")
+    expected_version = serializers.IntegerField(
+        allow_null=True, help_text="The prev_version you sent."
+    )
     current_version = serializers.IntegerField(allow_null=True, help_text="The latest version now.")
-    current = SnapshotSerializer(allow_null=True, help_text="The latest snapshot now: reload from it.")
+    current = SnapshotSerializer(
+        allow_null=True, help_text="The latest snapshot now: reload from it."
+    )

@@ -65,7 +65,13 @@ SessionSettings: Any = getattr(_sdk_memory, "SessionSettings", None) or _Setting
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ITEM_KEY", "CompactingMemorySession", "MemorySession", "item_to_message", "message_to_items"]
+__all__ = [
+    "ITEM_KEY",
+    "CompactingMemorySession",
+    "MemorySession",
+    "item_to_message",
+    "message_to_items",
+]
 
 
 def _settings_fields() -> set[str]:
@@ -89,8 +95,11 @@ def session_settings_from(value: Any) -> Any:
         return SessionSettings(**value)
     if isinstance(value, SessionSettings):
         return value
-    raise TypeError(f"session_settings must be a {SessionSettings.__name__} instance or a dict, "
-                    f"got {type(value).__name__}")
+    raise TypeError(
+        f"session_settings must be a {SessionSettings.__name__} instance or a dict, "
+        f"got {type(value).__name__}"
+    )
+
 
 #: Key of the message metadata that holds the SDK item.
 ITEM_KEY = "agents_item"
@@ -120,27 +129,52 @@ def _call_arguments(item: dict) -> str:
     for field in ("arguments", "input"):
         if isinstance(item.get(field), str):
             return item[field]
-    return json.dumps({k: v for k, v in item.items() if k not in _CALL_FIELDS_NOT_ARGUMENTS},
-                      ensure_ascii=False)
+    return json.dumps(
+        {k: v for k, v in item.items() if k not in _CALL_FIELDS_NOT_ARGUMENTS}, ensure_ascii=False
+    )
 
 
 def item_to_message(item: dict[str, Any]) -> dict[str, Any]:
     """The chat message standing for one SDK item, with the item kept in its metadata."""
     if not isinstance(item, dict):
-        raise InvalidMessage("item", f"an Agents SDK item must be a dict, not {type(item).__name__}")
+        raise InvalidMessage(
+            "item", f"an Agents SDK item must be a dict, not {type(item).__name__}"
+        )
     kind = item.get("type")
     role = item.get("role")
     message: dict[str, Any]
     if role in ("user", "system", "developer", "assistant") and kind in (None, "message"):
-        message = {"role": "system" if role == "developer" else role, "content": _text_of(item.get("content"))}
+        message = {
+            "role": "system" if role == "developer" else role,
+            "content": _text_of(item.get("content")),
+        }
     elif isinstance(kind, str) and kind.endswith("_call") and isinstance(item.get("call_id"), str):
-        name = item.get("name") if isinstance(item.get("name"), str) and item["name"] else kind[: -len("_call")]
-        message = {"role": "assistant", "content": None, "tool_calls": [{
-            "id": item["call_id"], "type": "function",
-            "function": {"name": name, "arguments": _call_arguments(item)},
-        }]}
-    elif isinstance(kind, str) and kind.endswith("_call_output") and isinstance(item.get("call_id"), str):
-        message = {"role": "tool", "tool_call_id": item["call_id"], "content": _text_of(item.get("output"))}
+        name = (
+            item.get("name")
+            if isinstance(item.get("name"), str) and item["name"]
+            else kind[: -len("_call")]
+        )
+        message = {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": item["call_id"],
+                    "type": "function",
+                    "function": {"name": name, "arguments": _call_arguments(item)},
+                }
+            ],
+        }
+    elif (
+        isinstance(kind, str)
+        and kind.endswith("_call_output")
+        and isinstance(item.get("call_id"), str)
+    ):
+        message = {
+            "role": "tool",
+            "tool_call_id": item["call_id"],
+            "content": _text_of(item.get("output")),
+        }
     else:  # reasoning, hosted tool calls, references, compaction items...
         message = {"role": "assistant", "content": ""}
 
@@ -150,7 +184,10 @@ def item_to_message(item: dict[str, Any]) -> dict[str, Any]:
         if isinstance(kept.get(field), str) and kept[field] == message.get("content"):
             del kept[field]  # stored once, as the message content
             restored.append(field)
-    if message.get("tool_calls") and kept.get("arguments") == message["tool_calls"][0]["function"]["arguments"]:
+    if (
+        message.get("tool_calls")
+        and kept.get("arguments") == message["tool_calls"][0]["function"]["arguments"]
+    ):
         del kept["arguments"]
         restored.append("arguments")
     message["metadata"] = {ITEM_KEY: {"item": kept, "restore": restored}}
@@ -169,22 +206,39 @@ def message_to_items(message: StoredMessage) -> list[dict[str, Any]]:
                 item[field] = message.content
         return [item]
     # A message not written by the SDK: map the chat message to the closest items.
-    return chat_message_to_items({"role": message.role, "content": message.content,
-                                  "tool_calls": message.tool_calls, "tool_call_id": message.tool_call_id})
+    return chat_message_to_items(
+        {
+            "role": message.role,
+            "content": message.content,
+            "tool_calls": message.tool_calls,
+            "tool_call_id": message.tool_call_id,
+        }
+    )
 
 
 def chat_message_to_items(message: dict[str, Any]) -> list[dict[str, Any]]:
     """The SDK items closest to an OpenAI chat message (a window's summary, a stored message)."""
     if message["role"] == "tool":
-        return [{"type": "function_call_output", "call_id": message["tool_call_id"],
-                 "output": _text_of(message.get("content"))}]
+        return [
+            {
+                "type": "function_call_output",
+                "call_id": message["tool_call_id"],
+                "output": _text_of(message.get("content")),
+            }
+        ]
     items: list[dict[str, Any]] = []
     if message.get("content") or not message.get("tool_calls"):
         items.append({"role": message["role"], "content": _text_of(message.get("content"))})
     for call in message.get("tool_calls") or ():
         function = call.get("function", {})
-        items.append({"type": "function_call", "call_id": call["id"], "name": function.get("name", ""),
-                      "arguments": function.get("arguments", "")})
+        items.append(
+            {
+                "type": "function_call",
+                "call_id": call["id"],
+                "name": function.get("name", ""),
+                "arguments": function.get("arguments", ""),
+            }
+        )
     return items
 
 
@@ -201,9 +255,17 @@ class MemorySession:
         self.session_settings = session_settings_from(session_settings)
 
     @classmethod
-    def open(cls, key: str, *, owner=None, namespace: str | None = None,
-             session_settings: Any = None, **options: Any) -> MemorySession:
-        """The session ``key`` of ``owner`` in ``namespace`` (created when missing), as an SDK session.
+    def open(
+        cls,
+        key: str,
+        *,
+        owner=None,
+        namespace: str | None = None,
+        session_settings: Any = None,
+        **options: Any,
+    ) -> MemorySession:
+        """The session ``key`` of ``owner`` in ``namespace`` (created when missing), as an SDK
+        session.
 
         ``options`` other than ``Memory.session``'s go to the class (``CompactingMemorySession``).
         """
@@ -212,8 +274,15 @@ class MemorySession:
         return cls(Memory.session(key, owner=owner, namespace=namespace, **opened), settings, **own)
 
     @classmethod
-    async def aopen(cls, key: str, *, owner=None, namespace: str | None = None,
-                    session_settings: Any = None, **options: Any) -> MemorySession:
+    async def aopen(
+        cls,
+        key: str,
+        *,
+        owner=None,
+        namespace: str | None = None,
+        session_settings: Any = None,
+        **options: Any,
+    ) -> MemorySession:
         settings = session_settings_from(session_settings)
         opened, own = cls._split_options(options)
         memory = await run_write(Memory.session, key, owner=owner, namespace=namespace, **opened)
@@ -296,13 +365,25 @@ class CompactingMemorySession(MemorySession):
 
     _OWN_OPTIONS = ("max_tokens", "max_messages", "model", "keep_recent")
 
-    def __init__(self, memory: SessionMemory, session_settings: Any = None, *,
-                 max_tokens: int | None = None, max_messages: int | None = None,
-                 model: str | None = None, keep_recent: int | None = None) -> None:
+    def __init__(
+        self,
+        memory: SessionMemory,
+        session_settings: Any = None,
+        *,
+        max_tokens: int | None = None,
+        max_messages: int | None = None,
+        model: str | None = None,
+        keep_recent: int | None = None,
+    ) -> None:
         super().__init__(memory, session_settings)
-        for name, value in (("max_tokens", max_tokens), ("max_messages", max_messages),
-                            ("keep_recent", keep_recent)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        for name, value in (
+            ("max_tokens", max_tokens),
+            ("max_messages", max_messages),
+            ("keep_recent", keep_recent),
+        ):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 0
+            ):
                 raise ValueError(f"{name} must be a non-negative integer or None, not {value!r}")
         self.max_tokens = max_tokens
         self.max_messages = max_messages
@@ -315,7 +396,8 @@ class CompactingMemorySession(MemorySession):
         return {k: v for k, v in options.items() if k not in own}, own
 
     async def get_items(self, limit: int | None = None) -> list[dict[str, Any]]:
-        """The window (summary first, then the newest items that fit); with ``limit``, the log's tail."""
+        """The window (summary first, then the newest items that fit); with ``limit``, the log's
+        tail."""
         limit = self._limit(limit)
         if limit is not None:
             return await self._stored_items(limit)
@@ -326,8 +408,11 @@ class CompactingMemorySession(MemorySession):
         logged = {c for c in window.cursors if c is not None}
         stored: dict[int, StoredMessage] = {}
         if window.first_cursor is not None:
-            stored.update((m.cursor, m) for m in self.memory.messages(after=window.first_cursor - 1)
-                          if m.cursor in logged)
+            stored.update(
+                (m.cursor, m)
+                for m in self.memory.messages(after=window.first_cursor - 1)
+                if m.cursor in logged
+            )
         for cursor in logged - stored.keys():  # system messages before the tail (few)
             try:
                 stored[cursor] = self.memory.get_message(cursor)
@@ -345,7 +430,9 @@ class CompactingMemorySession(MemorySession):
         super()._add(messages)
         try:
             self._compact_if_needed(force=False)
-        except Exception:  # the items are stored: a failed request for compaction must not undo that
+        except (
+            Exception
+        ):  # the items are stored: a failed request for compaction must not undo that
             logger.exception("could not request compaction of session %s", self.session_id)
 
     def _compact_if_needed(self, *, force: bool) -> str | None:
@@ -360,7 +447,9 @@ class CompactingMemorySession(MemorySession):
             return False  # no budget: the store's own threshold (SUMMARIZE_THRESHOLD_TOKENS) rules
         snapshot = self.memory.latest_snapshot()
         after = snapshot.upto if snapshot else None
-        while True:  # the oldest non-system message after the snapshot (system ones are always kept)
+        while (
+            True
+        ):  # the oldest non-system message after the snapshot (system ones are always kept)
             page = self.memory.messages(after=after, limit=16)
             if not page:
                 return False

@@ -48,7 +48,8 @@ try:
     from langchain_core.messages.utils import convert_to_openai_messages
 except ImportError as err:  # pragma: no cover - depends on the installed extras
     raise ImportError(
-        "memory_app.integrations.langchain needs LangChain: pip install 'django-memory-app[langchain]'"
+        "memory_app.integrations.langchain needs LangChain: "
+        "pip install 'django-memory-app[langchain]'"
     ) from err
 
 __all__ = ["MESSAGE_KEY", "DjangoChatMessageHistory", "from_stored", "to_stored"]
@@ -64,7 +65,8 @@ def _text(message: BaseMessage) -> str:
     return "\n".join(
         block if isinstance(block, str) else block.get("text", "")
         for block in message.content
-        if isinstance(block, str) or (isinstance(block, dict) and isinstance(block.get("text"), str))
+        if isinstance(block, str)
+        or (isinstance(block, dict) and isinstance(block.get("text"), str))
     )
 
 
@@ -74,7 +76,10 @@ def _openai_form(message: BaseMessage) -> dict[str, Any]:
         converted = convert_to_openai_messages(message)
     except (ValueError, TypeError, KeyError):
         # Content blocks LangChain cannot express for OpenAI: keep their text.
-        converted = {"role": "assistant" if message.type == "ai" else "user", "content": _text(message)}
+        converted = {
+            "role": "assistant" if message.type == "ai" else "user",
+            "content": _text(message),
+        }
     role = converted.get("role")
     if role == "developer":
         role = "system"
@@ -83,10 +88,20 @@ def _openai_form(message: BaseMessage) -> dict[str, Any]:
     form: dict[str, Any] = {"role": role, "content": converted.get("content") or ""}
     if isinstance(form["content"], list):
         parts = [p for p in form["content"] if isinstance(p, dict) and p.get("type") in PART_TYPES]
-        form["content"] = parts or _text(message)  # provider-specific blocks (thinking...) stay in metadata
-    if converted.get("name") and isinstance(converted["name"], str) and len(converted["name"]) <= 128:
+        form["content"] = parts or _text(
+            message
+        )  # provider-specific blocks (thinking...) stay in metadata
+    if (
+        converted.get("name")
+        and isinstance(converted["name"], str)
+        and len(converted["name"]) <= 128
+    ):
         form["name"] = converted["name"]
-    if role == "assistant" and converted.get("tool_calls") and all(c.get("id") for c in converted["tool_calls"]):
+    if (
+        role == "assistant"
+        and converted.get("tool_calls")
+        and all(c.get("id") for c in converted["tool_calls"])
+    ):
         form["tool_calls"] = converted["tool_calls"]
         if not form["content"]:
             form["content"] = None
@@ -101,7 +116,9 @@ def _openai_form(message: BaseMessage) -> dict[str, Any]:
 def to_stored(message: BaseMessage) -> dict[str, Any]:
     """The message to append for a LangChain message: its OpenAI form plus LangChain's own data."""
     if not isinstance(message, BaseMessage):
-        raise InvalidMessage("message", f"must be a LangChain BaseMessage, not {type(message).__name__}")
+        raise InvalidMessage(
+            "message", f"must be a LangChain BaseMessage, not {type(message).__name__}"
+        )
     form = _openai_form(message)
     serialised = message_to_dict(message)
     data = dict(serialised["data"])
@@ -110,7 +127,9 @@ def to_stored(message: BaseMessage) -> dict[str, Any]:
     try:
         kept = json.loads(json.dumps({"type": serialised["type"], "data": data}))
     except (TypeError, ValueError) as err:
-        raise InvalidMessage("metadata", f"the LangChain message is not JSON-serialisable: {err}") from None
+        raise InvalidMessage(
+            "metadata", f"the LangChain message is not JSON-serialisable: {err}"
+        ) from None
     form["metadata"] = {MESSAGE_KEY: kept}
     return form
 
@@ -154,9 +173,16 @@ class DjangoChatMessageHistory(BaseChatMessageHistory):
     as ``RunnableWithMessageHistory`` does.
     """
 
-    def __init__(self, session: SessionMemory | str, *, owner=None, namespace: str | None = None,
-                 max_tokens: int | None = None, max_messages: int | None = None,
-                 model: str | None = None) -> None:
+    def __init__(
+        self,
+        session: SessionMemory | str,
+        *,
+        owner=None,
+        namespace: str | None = None,
+        max_tokens: int | None = None,
+        max_messages: int | None = None,
+        model: str | None = None,
+    ) -> None:
         super().__init__()
         self._memory = session if isinstance(session, SessionMemory) else None
         self._key = None if isinstance(session, SessionMemory) else session

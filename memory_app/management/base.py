@@ -98,8 +98,9 @@ def session_id(text: str | uuid.UUID) -> uuid.UUID:
 ARGUMENT_TYPES = frozenset({duration, positive_int, non_negative_int, session_id})
 
 
-def existing_sessions(ids: list[uuid.UUID | str] | None,
-                      option: str = "--session") -> list[uuid.UUID] | None:
+def existing_sessions(
+    ids: list[uuid.UUID | str] | None, option: str = "--session"
+) -> list[uuid.UUID] | None:
     """The ids given with ``--session``, each of which must exist (else ``CommandError``).
 
     Ids that are still strings (passed to ``call_command`` as keyword options, which argparse

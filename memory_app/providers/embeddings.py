@@ -41,8 +41,15 @@ from django.core.exceptions import ImproperlyConfigured
 from ..conf import memory_settings
 from ..exceptions import EmbedderError, TransientEmbedderError
 
-__all__ = ["Embedder", "EmbedderError", "LexicalEmbedder", "OpenAIEmbedder",
-           "SentenceTransformerEmbedder", "TransientEmbedderError", "get_embedder"]
+__all__ = [
+    "Embedder",
+    "EmbedderError",
+    "LexicalEmbedder",
+    "OpenAIEmbedder",
+    "SentenceTransformerEmbedder",
+    "TransientEmbedderError",
+    "get_embedder",
+]
 
 
 class Embedder:
@@ -61,7 +68,7 @@ class Embedder:
         texts = list(texts)
         vectors: list[list[float]] = []
         for start in range(0, len(texts), max(1, self.batch_size)):
-            batch = texts[start:start + self.batch_size]
+            batch = texts[start : start + self.batch_size]
             got = self._embed_batch(batch)
             if len(got) != len(batch):
                 raise EmbedderError(f"{self.name}: asked for {len(batch)} vectors, got {len(got)}")
@@ -114,7 +121,9 @@ class LexicalEmbedder(Embedder):
 
     VERSION = 1
 
-    def __init__(self, dimensions: int = 512, trigram_weight: float = 0.5, batch_size: int = 256) -> None:
+    def __init__(
+        self, dimensions: int = 512, trigram_weight: float = 0.5, batch_size: int = 256
+    ) -> None:
         if not isinstance(dimensions, int) or dimensions < 8:
             raise ImproperlyConfigured("LexicalEmbedder: dimensions must be an integer >= 8")
         self.dimensions = dimensions
@@ -132,7 +141,7 @@ class LexicalEmbedder(Embedder):
             if self.trigram_weight and len(word) > 3:
                 padded = f"^{word}$"
                 for i in range(len(padded) - 2):
-                    key = "t:" + padded[i:i + 3]
+                    key = "t:" + padded[i : i + 3]
                     counts[key] = counts.get(key, 0.0) + self.trigram_weight
         return counts
 
@@ -208,14 +217,29 @@ class SentenceTransformerEmbedder(Embedder):
       padded to the length of a long one (their order in the result is kept).
     """
 
-    def __init__(self, model: str | None = None, *, name: str | None = None, device: str = "cpu",
-                 batch_size: int = 32, normalize: bool = True, backend: str = "auto",
-                 threads: int | None = None, sort_by_length: bool = True,
-                 onnx_cache: str | None = None) -> None:
+    def __init__(
+        self,
+        model: str | None = None,
+        *,
+        name: str | None = None,
+        device: str = "cpu",
+        batch_size: int = 32,
+        normalize: bool = True,
+        backend: str = "auto",
+        threads: int | None = None,
+        sort_by_length: bool = True,
+        onnx_cache: str | None = None,
+    ) -> None:
         if backend not in BACKENDS:
-            raise ImproperlyConfigured(f"SentenceTransformerEmbedder: backend must be one of {', '.join(BACKENDS)}")
-        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-            raise ImproperlyConfigured("SentenceTransformerEmbedder: threads must be a positive integer")
+            raise ImproperlyConfigured(
+                f"SentenceTransformerEmbedder: backend must be one of {', '.join(BACKENDS)}"
+            )
+        if threads is not None and (
+            isinstance(threads, bool) or not isinstance(threads, int) or threads < 1
+        ):
+            raise ImproperlyConfigured(
+                "SentenceTransformerEmbedder: threads must be a positive integer"
+            )
         self.model_path = model
         self.name = name or (PACKAGED_MODEL if model is None else str(model))
         self.device = device
@@ -258,10 +282,14 @@ class SentenceTransformerEmbedder(Embedder):
 
     def _load_onnx(self, path: str, threads: int):
         try:
-            return _OnnxModel.load(path, threads=threads, cache=self.onnx_cache or default_onnx_cache())
+            return _OnnxModel.load(
+                path, threads=threads, cache=self.onnx_cache or default_onnx_cache()
+            )
         except _OnnxUnavailable as why:
             if self.backend == "onnx":
-                raise ImproperlyConfigured(f"SentenceTransformerEmbedder(backend='onnx'): {why}") from None
+                raise ImproperlyConfigured(
+                    f"SentenceTransformerEmbedder(backend='onnx'): {why}"
+                ) from None
             logger.info("%s: embedding with torch (%s)", self.name, why)
             return None
 
@@ -277,7 +305,10 @@ class SentenceTransformerEmbedder(Embedder):
             return runner.dimensions
         model = self.model
         # get_embedding_dimension is the newer name (sentence-transformers 5+).
-        getter = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+        getter = (
+            getattr(model, "get_embedding_dimension", None)
+            or model.get_sentence_embedding_dimension
+        )
         return int(getter())
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
@@ -299,8 +330,13 @@ class SentenceTransformerEmbedder(Embedder):
             import torch
 
             torch.set_num_threads(self.threads)
-        vectors = self.model.encode(texts, batch_size=self.batch_size, convert_to_numpy=True,
-                                    normalize_embeddings=self.normalize, show_progress_bar=False)
+        vectors = self.model.encode(
+            texts,
+            batch_size=self.batch_size,
+            convert_to_numpy=True,
+            normalize_embeddings=self.normalize,
+            show_progress_bar=False,
+        )
         return vectors.tolist()
 
 
@@ -318,7 +354,9 @@ class _OnnxModel:
     sentence-transformers does it, so the vectors match the torch ones to float precision.
     """
 
-    def __init__(self, session, tokenizer, *, dimensions: int, lowercase: bool, normalize: bool) -> None:
+    def __init__(
+        self, session, tokenizer, *, dimensions: int, lowercase: bool, normalize: bool
+    ) -> None:
         self.session = session
         self.tokenizer = tokenizer
         self.dimensions = dimensions
@@ -333,7 +371,8 @@ class _OnnxModel:
             from tokenizers import Tokenizer
         except ImportError as err:
             raise _OnnxUnavailable(
-                f"{err.name} is not installed: pip install 'django-memory-app[onnx]'") from None
+                f"{err.name} is not installed: pip install 'django-memory-app[onnx]'"
+            ) from None
         folder = Path(path)
         modules = _read_json(folder / "modules.json") or []
         kinds = [m.get("type", "").rsplit(".", 1)[-1] for m in modules]
@@ -341,7 +380,10 @@ class _OnnxModel:
             raise _OnnxUnavailable(f"modules {kinds} are not a transformer with pooling")
         pooling = _read_json(folder / modules[1].get("path", "1_Pooling") / "config.json") or {}
         if not pooling.get("pooling_mode_mean_tokens") or any(
-                v for k, v in pooling.items() if k.startswith("pooling_mode_") and k != "pooling_mode_mean_tokens"):
+            v
+            for k, v in pooling.items()
+            if k.startswith("pooling_mode_") and k != "pooling_mode_mean_tokens"
+        ):
             raise _OnnxUnavailable("only mean pooling is exported")
         if not (folder / "tokenizer.json").exists():
             raise _OnnxUnavailable("the model has no tokenizer.json")
@@ -356,27 +398,40 @@ class _OnnxModel:
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
-        session = onnxruntime.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
+        session = onnxruntime.InferenceSession(
+            str(graph), options, providers=["CPUExecutionProvider"]
+        )
         dimensions = int(session.get_outputs()[0].shape[-1])
-        return cls(session, tokenizer, dimensions=dimensions, lowercase=bool(config.get("do_lower_case")),
-                   normalize="Normalize" in kinds)
+        return cls(
+            session,
+            tokenizer,
+            dimensions=dimensions,
+            lowercase=bool(config.get("do_lower_case")),
+            normalize="Normalize" in kinds,
+        )
 
     @staticmethod
     def _export(folder: Path, max_length: int, cache: Path) -> Path:
         weights = sorted(p for p in folder.iterdir() if p.suffix in (".safetensors", ".bin"))
         if not weights:
             raise _OnnxUnavailable(f"no weights in {folder}")
-        stamp = json.dumps([str(folder.resolve())] + [[p.name, p.stat().st_size, int(p.stat().st_mtime)]
-                                                      for p in weights])
+        stamp = json.dumps(
+            [str(folder.resolve())]
+            + [[p.name, p.stat().st_size, int(p.stat().st_mtime)] for p in weights]
+        )
         digest = hashlib.blake2b(stamp.encode(), digest_size=8).hexdigest()
-        target = cache / f"{re.sub(r'[^A-Za-z0-9]+', '-', folder.name)[:40]}-{digest}" / "model.onnx"
+        target = (
+            cache / f"{re.sub(r'[^A-Za-z0-9]+', '-', folder.name)[:40]}-{digest}" / "model.onnx"
+        )
         if target.exists():
             return target
         try:
             import torch
             from transformers import AutoModel
         except ImportError as err:
-            raise _OnnxUnavailable(f"exporting the graph needs {err.name} (the 'local-embeddings' extra)") from None
+            raise _OnnxUnavailable(
+                f"exporting the graph needs {err.name} (the 'local-embeddings' extra)"
+            ) from None
         try:
             model = AutoModel.from_pretrained(str(folder), local_files_only=True).eval()
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -385,12 +440,18 @@ class _OnnxModel:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # tracer chatter about shapes and deprecation
                 torch.onnx.export(
-                    _MeanPooled(model), (ids, torch.ones_like(ids)), str(partial),
-                    input_names=["input_ids", "attention_mask"], output_names=["embedding"],
-                    dynamic_axes={"input_ids": {0: "batch", 1: "tokens"},
-                                  "attention_mask": {0: "batch", 1: "tokens"},
-                                  "embedding": {0: "batch"}},
-                    opset_version=17, dynamo=False,
+                    _MeanPooled(model),
+                    (ids, torch.ones_like(ids)),
+                    str(partial),
+                    input_names=["input_ids", "attention_mask"],
+                    output_names=["embedding"],
+                    dynamic_axes={
+                        "input_ids": {0: "batch", 1: "tokens"},
+                        "attention_mask": {0: "batch", 1: "tokens"},
+                        "embedding": {0: "batch"},
+                    },
+                    opset_version=17,
+                    dynamo=False,
                 )
             os.replace(partial, target)
         except _OnnxUnavailable:
@@ -434,7 +495,9 @@ def _mean_pooled_module():
             self.model = model
 
         def forward(self, input_ids, attention_mask):
-            states = self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            states = self.model(
+                input_ids=input_ids, attention_mask=attention_mask
+            ).last_hidden_state
             weights = attention_mask.unsqueeze(-1).to(states.dtype)
             return (states * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
 
@@ -467,10 +530,19 @@ class OpenAIEmbedder(Embedder):
     (tasks retry them); other API errors raise ``EmbedderError``.
     """
 
-    def __init__(self, model: str = "text-embedding-3-small", *, dimensions: int | None = None,
-                 name: str | None = None, batch_size: int = 128, base_url: str | None = None,
-                 api_key: str | None = None, timeout: float | None = None,
-                 max_retries: int | None = None, max_input_chars: int = 16000) -> None:
+    def __init__(
+        self,
+        model: str = "text-embedding-3-small",
+        *,
+        dimensions: int | None = None,
+        name: str | None = None,
+        batch_size: int = 128,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        timeout: float | None = None,
+        max_retries: int | None = None,
+        max_input_chars: int = 16000,
+    ) -> None:
         self.model = model
         self.requested_dimensions = dimensions
         known = dimensions or _KNOWN_DIMENSIONS.get(model)
@@ -480,8 +552,12 @@ class OpenAIEmbedder(Embedder):
         self.batch_size = batch_size
         self.max_input_chars = max_input_chars
         # openai_client() ignores the None ones, so MEMORY_APP["OPENAI"] fills them in.
-        self.client_options = {"base_url": base_url, "api_key": api_key, "timeout": timeout,
-                               "max_retries": max_retries}
+        self.client_options = {
+            "base_url": base_url,
+            "api_key": api_key,
+            "timeout": timeout,
+            "max_retries": max_retries,
+        }
         self._client = None
 
     @property
@@ -508,8 +584,12 @@ class OpenAIEmbedder(Embedder):
             kwargs["dimensions"] = self.requested_dimensions
         try:
             response = self.client.embeddings.create(**kwargs)
-        except (openai.APITimeoutError, openai.APIConnectionError, openai.RateLimitError,
-                openai.InternalServerError) as err:
+        except (
+            openai.APITimeoutError,
+            openai.APIConnectionError,
+            openai.RateLimitError,
+            openai.InternalServerError,
+        ) as err:
             raise TransientEmbedderError(f"{self.name}: {err}") from err
         except openai.APIStatusError as err:
             if err.status_code >= 500 or err.status_code in (408, 409, 429):
@@ -525,6 +605,7 @@ class OpenAIEmbedder(Embedder):
 
 
 # ---- the configured embedder -------------------------------------------------------------------
+
 
 @memory_settings.derived
 def get_embedder() -> Embedder:

@@ -115,15 +115,22 @@ class OpenAISummarizer(Summarizer):
             self._client = openai_client(**self.client_options)
         return self._client
 
-    def build_request(self, previous_summary: str | None, messages: list[StoredMessage]) -> dict[str, Any]:
+    def build_request(
+        self, previous_summary: str | None, messages: list[StoredMessage]
+    ) -> dict[str, Any]:
         """The keyword arguments of the chat completions call (kept separate to be inspectable)."""
         user = (
-            "Current summary:\n" + (previous_summary or "(none yet)")
-            + "\n\nNew messages:\n" + render_transcript(messages)
+            "Current summary:\n"
+            + (previous_summary or "(none yet)")
+            + "\n\nNew messages:\n"
+            + render_transcript(messages)
         )
         request: dict[str, Any] = {
             "model": self.model,
-            "messages": [{"role": "system", "content": self.prompt}, {"role": "user", "content": user}],
+            "messages": [
+                {"role": "system", "content": self.prompt},
+                {"role": "user", "content": user},
+            ],
             **self.request_options,
         }
         if self.max_tokens is not None:
@@ -134,7 +141,9 @@ class OpenAISummarizer(Summarizer):
         import openai
 
         try:
-            response = self.client.chat.completions.create(**self.build_request(previous_summary, messages))
+            response = self.client.chat.completions.create(
+                **self.build_request(previous_summary, messages)
+            )
         except openai.OpenAIError as err:
             raise SummarizerError(f"summarizer request to {self.model!r} failed: {err}") from err
         choice = response.choices[0] if response.choices else None
@@ -143,7 +152,9 @@ class OpenAISummarizer(Summarizer):
             raise EmptySummary(f"{self.model!r} answered with an empty summary")
         if choice.finish_reason == "length":
             # Still a summary, but cut short: say so, so max_tokens can be raised.
-            logger.warning("summary by %r hit max_tokens=%s and was cut short", self.model, self.max_tokens)
+            logger.warning(
+                "summary by %r hit max_tokens=%s and was cut short", self.model, self.max_tokens
+            )
         return text.strip()
 
 

@@ -11,17 +11,20 @@ from .conversations import TRIP_SUMMARY, chatter, trip_conversation
 
 def fill(memory, messages: list[dict]) -> None:
     for start in range(0, len(messages), 1000):
-        memory.add_many(messages[start:start + 1000])
+        memory.add_many(messages[start : start + 1000])
 
 
 @pytest.fixture
 def trip(db, user):
     """A travel chat with tool calls, a remembered message and snapshot v1 over its first 10."""
-    memory = Memory.session("trip-norway", owner=user, namespace="travel-agent",
-                            title="A week in Norway")
+    memory = Memory.session(
+        "trip-norway", owner=user, namespace="travel-agent", title="A week in Norway"
+    )
     memory.add_many(trip_conversation())
     memory.save_snapshot(
-        TRIP_SUMMARY, upto=10, model="gpt-4o-mini",
+        TRIP_SUMMARY,
+        upto=10,
+        model="gpt-4o-mini",
         pinned=[{"role": "user", "content": "Plan a week in Norway in June (vegetarian)."}],
     )
     return memory.refresh()
@@ -30,6 +33,7 @@ def trip(db, user):
 @pytest.fixture
 def make_session(db):
     """A session of ``n`` chatter messages: ``make_session("key", 2000)``."""
+
     def make(key: str, n: int, **kwargs):
         memory = Memory.session(key, **kwargs)
         fill(memory, chatter(n))

@@ -53,13 +53,26 @@ def test_filters_narrow_the_list(admin_client, trip, make_session, user):
     from django.utils import timezone
 
     make_session("plain", 3, namespace="support-bot")
-    make_session("old", 2, namespace="support-bot", expires_at=timezone.now() - timezone.timedelta(days=1))
-    assert listed_keys(admin_client.get(CHANGELIST, {"namespace": "support-bot"})) == ["old", "plain"]
+    make_session(
+        "old", 2, namespace="support-bot", expires_at=timezone.now() - timezone.timedelta(days=1)
+    )
+    assert listed_keys(admin_client.get(CHANGELIST, {"namespace": "support-bot"})) == [
+        "old",
+        "plain",
+    ]
     assert listed_keys(admin_client.get(CHANGELIST, {"has_snapshot": "yes"})) == ["trip-norway"]
-    assert sorted(listed_keys(admin_client.get(CHANGELIST, {"has_snapshot": "no"}))) == ["old", "plain"]
+    assert sorted(listed_keys(admin_client.get(CHANGELIST, {"has_snapshot": "no"}))) == [
+        "old",
+        "plain",
+    ]
     assert listed_keys(admin_client.get(CHANGELIST, {"expired": "yes"})) == ["old"]
-    assert sorted(listed_keys(admin_client.get(CHANGELIST, {"expired": "no"}))) == ["plain", "trip-norway"]
-    assert listed_keys(admin_client.get(CHANGELIST, {"owner__id__exact": user.pk})) == ["trip-norway"]
+    assert sorted(listed_keys(admin_client.get(CHANGELIST, {"expired": "no"}))) == [
+        "plain",
+        "trip-norway",
+    ]
+    assert listed_keys(admin_client.get(CHANGELIST, {"owner__id__exact": user.pk})) == [
+        "trip-norway"
+    ]
 
 
 def test_search_finds_message_text_once_per_session(admin_client, trip, make_session):
@@ -96,8 +109,10 @@ def test_session_page_shows_a_conversation_with_tool_calls_and_lineage(admin_cli
     assert cursors_on(response) == list(range(1, 15))
     assert 'class="mem-msg mem-role-system' in html and "always in context" in html
     # Both tool results are rendered inside the assistant message that made the calls.
-    call_message = html[html.index('id="m-5"'):html.index('id="m-8"')]
-    assert "search_flights" in call_message and "DY1305" in call_message and 'id="m-6"' in call_message
+    call_message = html[html.index('id="m-5"') : html.index('id="m-8"')]
+    assert (
+        "search_flights" in call_message and "DY1305" in call_message and 'id="m-6"' in call_message
+    )
     assert '<details class="mem-call' in call_message
     # The long itinerary is folded; the snapshot's range ends after message 10.
     assert "Show all" in html
@@ -147,8 +162,12 @@ def test_transcript_page_query_count_does_not_grow_with_the_session(
     small, large = make_session("small", 10), make_session("large", 2000)
     for memory in (small, large):
         memory.save_snapshot("summary", upto=4)
-    pairs = [({}, {}), ({"after": 2}, {"after": 1000}), ({"before": 8}, {"before": 1500}),
-             ({"at": 3}, {"at": 1950})]
+    pairs = [
+        ({}, {}),
+        ({"after": 2}, {"after": 1000}),
+        ({"before": 8}, {"before": 1500}),
+        ({"at": 3}, {"at": 1950}),
+    ]
     for on_small, on_large in pairs:
         with CaptureQueriesContext(connection) as baseline:
             admin_client.get(change_url(small, **on_small))
@@ -159,7 +178,9 @@ def test_transcript_page_query_count_does_not_grow_with_the_session(
     with CaptureQueriesContext(connection) as queries:
         admin_client.get(change_url(large, after=1000))
     message_sql = [q["sql"] for q in queries if Message._meta.db_table in q["sql"]]
-    assert message_sql and not any("OFFSET" in s.upper() or "COUNT(" in s.upper() for s in message_sql)
+    assert message_sql and not any(
+        "OFFSET" in s.upper() or "COUNT(" in s.upper() for s in message_sql
+    )
 
 
 def test_pruned_sessions_say_what_is_gone(admin_client, make_session):
@@ -178,10 +199,16 @@ def test_only_title_expiry_and_metadata_are_editable_and_counters_survive(admin_
     form = admin_client.get(url).context["adminform"].form
     assert set(form.fields) == {"title", "expires_at", "metadata"}
     trip.add({"role": "user", "content": "appended while the page was open"})
-    response = admin_client.post(url, {
-        "title": "Norway, June", "expires_at_0": "", "expires_at_1": "",
-        "metadata": json.dumps({"channel": "web"}), "_continue": "1",
-    })
+    response = admin_client.post(
+        url,
+        {
+            "title": "Norway, June",
+            "expires_at_0": "",
+            "expires_at_1": "",
+            "metadata": json.dumps({"channel": "web"}),
+            "_continue": "1",
+        },
+    )
     assert response.status_code == 302
     session = Session.objects.get(pk=trip.id)
     assert session.title == "Norway, June" and session.metadata == {"channel": "web"}
@@ -201,7 +228,10 @@ def test_sessions_cannot_be_added_and_messages_have_no_admin(admin_client):
 def test_export_downloads_the_adapters_export(admin_client, trip):
     response = admin_client.get(reverse("admin:memory_app_session_export", args=[trip.id]))
     assert response.status_code == 200
-    assert response["Content-Disposition"] == 'attachment; filename="session-travel-agent-trip-norway.json"'
+    assert (
+        response["Content-Disposition"]
+        == 'attachment; filename="session-travel-agent-trip-norway.json"'
+    )
     data = json.loads(response.content)
     assert data == json.loads(json.dumps(trip.export(), default=str))
     restored = Memory.import_session(data, key="restored")
@@ -210,17 +240,25 @@ def test_export_downloads_the_adapters_export(admin_client, trip):
 
 def test_export_action_downloads_every_selected_session(admin_client, trip, make_session):
     other = make_session("plain", 3)
-    response = admin_client.post(CHANGELIST, {
-        "action": "export_json", "_selected_action": [str(trip.id), str(other.id)]})
+    response = admin_client.post(
+        CHANGELIST, {"action": "export_json", "_selected_action": [str(trip.id), str(other.id)]}
+    )
     assert response.status_code == 200 and response["Content-Type"].startswith("application/json")
-    assert sorted(e["session"]["key"] for e in json.loads(response.content)) == ["plain", "trip-norway"]
+    assert sorted(e["session"]["key"] for e in json.loads(response.content)) == [
+        "plain",
+        "trip-norway",
+    ]
 
 
 def test_clear_asks_first_then_clears_through_the_adapter(admin_client, trip):
     url = reverse("admin:memory_app_session_clear", args=[trip.id])
     confirm = admin_client.get(url)
     html = confirm.content.decode()
-    assert confirm.status_code == 200 and "14</strong> messages" in html and "1</strong> snapshot" in html
+    assert (
+        confirm.status_code == 200
+        and "14</strong> messages" in html
+        and "1</strong> snapshot" in html
+    )
     assert Session.objects.get(pk=trip.id).message_count == 14  # nothing happened yet
     response = admin_client.post(url, {"post": "yes"})
     assert response.status_code == 302
@@ -239,7 +277,9 @@ def test_clear_action_confirms_then_clears_the_selection(admin_client, trip, mak
     assert (trip.count(), gone.count(), keep.count()) == (0, 0, 4)
 
 
-def test_delete_confirmation_summarises_from_counters(admin_client, make_session, django_assert_max_num_queries):
+def test_delete_confirmation_summarises_from_counters(
+    admin_client, make_session, django_assert_max_num_queries
+):
     big = make_session("big", 1500)
     url = reverse("admin:memory_app_session_delete", args=[big.id])
     with django_assert_max_num_queries(12):
@@ -253,8 +293,14 @@ def test_delete_confirmation_summarises_from_counters(admin_client, make_session
 
 def test_delete_action_goes_through_the_adapter(admin_client, make_session):
     one, two = make_session("one", 3), make_session("two", 3)
-    admin_client.post(CHANGELIST, {"action": "delete_selected", "post": "yes",
-                                   "_selected_action": [str(one.id), str(two.id)]})
+    admin_client.post(
+        CHANGELIST,
+        {
+            "action": "delete_selected",
+            "post": "yes",
+            "_selected_action": [str(one.id), str(two.id)],
+        },
+    )
     assert not Session.objects.exists()
 
 
@@ -262,48 +308,70 @@ def test_actions_need_their_permissions(client, make_user, trip):
     from django.contrib.auth.models import Permission
 
     viewer = make_user("viewer", is_staff=True)
-    viewer.user_permissions.add(Permission.objects.get(codename="view_session", content_type__app_label="memory_app"))
+    viewer.user_permissions.add(
+        Permission.objects.get(codename="view_session", content_type__app_label="memory_app")
+    )
     client.force_login(viewer)
     assert client.get(reverse("admin:memory_app_session_export", args=[trip.id])).status_code == 200
     assert client.get(reverse("admin:memory_app_session_clear", args=[trip.id])).status_code == 403
-    assert client.post(reverse("admin:memory_app_session_summarize", args=[trip.id])).status_code == 403
+    assert (
+        client.post(reverse("admin:memory_app_session_summarize", args=[trip.id])).status_code
+        == 403
+    )
     page = client.get(change_url(trip)).content.decode()
     assert "Export JSON" in page and "Clear…" not in page and "Summarize now" not in page
 
 
 def test_unknown_session_is_404(admin_client):
-    assert admin_client.get("/admin/memory_app/session/00000000-0000-0000-0000-000000000000/export/").status_code == 404
+    assert (
+        admin_client.get(
+            "/admin/memory_app/session/00000000-0000-0000-0000-000000000000/export/"
+        ).status_code
+        == 404
+    )
     assert admin_client.get("/admin/memory_app/session/not-a-uuid/clear/").status_code == 404
 
 
 @pytest.mark.parametrize("name", ["summarize", "reembed"])
 def test_queue_buttons_only_post(admin_client, trip, name):
-    assert admin_client.get(reverse(f"admin:memory_app_session_{name}", args=[trip.id])).status_code == 405
+    assert (
+        admin_client.get(reverse(f"admin:memory_app_session_{name}", args=[trip.id])).status_code
+        == 405
+    )
 
 
 # -- the queued actions (memory_app.tasks) ----------------------------------------------------
 def test_summarize_now_runs_the_summarize_task(admin_client, tasks, make_session):
     memory = make_session("chatty", 80)
-    response = admin_client.post(reverse("admin:memory_app_session_summarize", args=[memory.id]), follow=True)
+    response = admin_client.post(
+        reverse("admin:memory_app_session_summarize", args=[memory.id]), follow=True
+    )
     text = response.content.decode()
     snapshot = memory.latest_snapshot()
     assert snapshot is not None and 1 <= snapshot.upto < 80
     # No broker: it ran now, and the page says what it did rather than "queued".
-    assert (f"Summarization of “chatty”: done now (no broker): snapshot v1 covers up to "
-            f"#{snapshot.upto}.") in text
+    assert (
+        f"Summarization of “chatty”: done now (no broker): snapshot v1 covers up to "
+        f"#{snapshot.upto}."
+    ) in text
 
 
 def test_summarize_now_says_when_there_is_nothing_to_cover(admin_client, tasks, make_session):
     memory = make_session("short", 2)
-    response = admin_client.post(reverse("admin:memory_app_session_summarize", args=[memory.id]), follow=True)
+    response = admin_client.post(
+        reverse("admin:memory_app_session_summarize", args=[memory.id]), follow=True
+    )
     assert "Summarization of “short”: nothing to do yet" in response.content.decode()
     assert memory.latest_snapshot() is None
 
 
 def test_summarize_action_queues_one_task_per_session(admin_client, tasks, make_session):
     one, two = make_session("one", 80), make_session("two", 80)
-    response = admin_client.post(CHANGELIST, {"action": "summarize_now",
-                                              "_selected_action": [str(one.id), str(two.id)]}, follow=True)
+    response = admin_client.post(
+        CHANGELIST,
+        {"action": "summarize_now", "_selected_action": [str(one.id), str(two.id)]},
+        follow=True,
+    )
     assert "Summarization of 2 sessions: 2 done now (no broker)" in response.content.decode()
     assert one.latest_snapshot() is not None and two.latest_snapshot() is not None
 
@@ -313,15 +381,22 @@ def test_reembed_runs_the_embed_task(admin_client, tasks, make_session):
 
     memory = make_session("to-embed", 6)
     Embedding.objects.filter(session_id=memory.id).delete()
-    response = admin_client.post(reverse("admin:memory_app_session_reembed", args=[memory.id]), follow=True)
-    assert "Re-embedding of “to-embed”: done now (no broker): 6 message(s) embedded." in response.content.decode()
+    response = admin_client.post(
+        reverse("admin:memory_app_session_reembed", args=[memory.id]), follow=True
+    )
+    assert (
+        "Re-embedding of “to-embed”: done now (no broker): 6 message(s) embedded."
+        in response.content.decode()
+    )
     assert Embedding.objects.filter(session_id=memory.id).values("message").distinct().count() == 6
 
 
 def test_lineage_shows_the_latest_summaries_and_every_range(admin_client, make_session):
     memory = make_session("compacted", 150)
     for version in range(1, 15):
-        memory.save_snapshot(f"summary number {version}", upto=version * 10, prev=version - 1 or None)
+        memory.save_snapshot(
+            f"summary number {version}", upto=version * 10, prev=version - 1 or None
+        )
     response = admin_client.get(change_url(memory, after=0))
     html = response.content.decode()
     assert [r.snapshot.version for r in response.context["lineage"]] == list(range(14, 4, -1))
@@ -335,40 +410,67 @@ def test_lineage_shows_the_latest_summaries_and_every_range(admin_client, make_s
 
 def test_message_text_is_escaped(admin_client, make_session):
     memory = make_session("hostile", 0)
-    memory.add_many([
-        {"role": "user", "content": "<script>alert('x')</script>", "name": "<b>eve</b>"},
-        {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
-            "name": "<img src=x onerror=alert(1)>", "arguments": '{"q": "<i>"}'}}]},
-        {"role": "tool", "tool_call_id": "c1", "content": "</details><script>alert(2)</script>"},
-    ])
+    memory.add_many(
+        [
+            {"role": "user", "content": "<script>alert('x')</script>", "name": "<b>eve</b>"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "c1",
+                        "type": "function",
+                        "function": {
+                            "name": "<img src=x onerror=alert(1)>",
+                            "arguments": '{"q": "<i>"}',
+                        },
+                    }
+                ],
+            },
+            {
+                "role": "tool",
+                "tool_call_id": "c1",
+                "content": "</details><script>alert(2)</script>",
+            },
+        ]
+    )
     html = admin_client.get(change_url(memory)).content.decode()
     assert "<script>alert" not in html and "<img src=x" not in html and "<b>eve</b>" not in html
     assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in html
 
 
-@pytest.mark.parametrize("action, question", [
-    ("clear_sessions", "Clear the 4 selected sessions?"),
-    ("delete_selected", "Delete the 4 selected sessions?"),
-])
-def test_bulk_confirmations_tell_sessions_apart_by_key_and_owner(admin_client, make_session,
-                                                                  make_user, action, question):
+@pytest.mark.parametrize(
+    "action, question",
+    [
+        ("clear_sessions", "Clear the 4 selected sessions?"),
+        ("delete_selected", "Delete the 4 selected sessions?"),
+    ],
+)
+def test_bulk_confirmations_tell_sessions_apart_by_key_and_owner(
+    admin_client, make_session, make_user, action, question
+):
     owners = [make_user("ann"), make_user("ben"), None, make_user("cat")]
-    sessions = [make_session(f"ticket-{i}", 2, owner=owner, namespace=f"bot-{i}", title="Same title")
-                for i, owner in enumerate(owners)]
-    confirm = admin_client.post(CHANGELIST, {"action": action,
-                                             "_selected_action": [str(s.id) for s in sessions]})
+    sessions = [
+        make_session(f"ticket-{i}", 2, owner=owner, namespace=f"bot-{i}", title="Same title")
+        for i, owner in enumerate(owners)
+    ]
+    confirm = admin_client.post(
+        CHANGELIST, {"action": action, "_selected_action": [str(s.id) for s in sessions]}
+    )
     assert confirm.status_code == 200
     html = confirm.content.decode()
     assert question in html
-    table = html[html.index('class="mem-confirm-sessions"'):]
-    table = table[:table.index("</table>")]
+    table = html[html.index('class="mem-confirm-sessions"') :]
+    table = table[: table.index("</table>")]
     rows = re.findall(r"<tr>(.*?)</tr>", table, re.S)[1:]
     assert len(rows) == 4
     for i, owner in enumerate(owners):
         (row,) = [r for r in rows if f"ticket-{i}<" in r]
         assert (owner.username if owner else "no owner") in row
         assert f"bot-{i}" in row and "Same title" in row
-    assert Session.objects.count() == 4 and all(s.count() == 2 for s in sessions)  # nothing done yet
+    assert Session.objects.count() == 4 and all(
+        s.count() == 2 for s in sessions
+    )  # nothing done yet
 
 
 # -- hostile input: a form error or a message on the page, never a 500, nothing changed -------
@@ -381,19 +483,28 @@ def page_messages(response) -> list[str]:
     return [str(m) for m in response.context["messages"]]
 
 
-@pytest.mark.parametrize(("metadata", "says"), [
-    ('["a", "b"]', "must be an object"),
-    ('"just text"', "must be an object"),
-    ('{"note": "nul \\u0000 byte"}', "NUL"),
-    (json.dumps({"blob": "x" * 2_000_000}), "MAX_METADATA_BYTES"),
-    (json.dumps({"deep": json.loads("[" * 200 + "]" * 200)}), "deep"),
-])
+@pytest.mark.parametrize(
+    ("metadata", "says"),
+    [
+        ('["a", "b"]', "must be an object"),
+        ('"just text"', "must be an object"),
+        ('{"note": "nul \\u0000 byte"}', "NUL"),
+        (json.dumps({"blob": "x" * 2_000_000}), "MAX_METADATA_BYTES"),
+        (json.dumps({"deep": json.loads("[" * 200 + "]" * 200)}), "deep"),
+    ],
+)
 def test_metadata_the_rule_book_refuses_is_a_form_error(admin_client, trip, metadata, says):
     before = session_state(trip)
-    response = admin_client.post(change_url(trip), {
-        "title": "changed", "expires_at_0": "", "expires_at_1": "", "metadata": metadata,
-        "_continue": "1",
-    })
+    response = admin_client.post(
+        change_url(trip),
+        {
+            "title": "changed",
+            "expires_at_0": "",
+            "expires_at_1": "",
+            "metadata": metadata,
+            "_continue": "1",
+        },
+    )
     assert response.status_code == 200
     errors = response.context["adminform"].form.errors
     assert list(errors) == ["metadata"] and says.lower() in " ".join(errors["metadata"]).lower()
@@ -403,22 +514,28 @@ def test_metadata_the_rule_book_refuses_is_a_form_error(admin_client, trip, meta
 
 def test_a_title_with_a_nul_byte_is_a_form_error(admin_client, trip):
     before = session_state(trip)
-    response = admin_client.post(change_url(trip), {
-        "title": "a\x00b", "expires_at_0": "", "expires_at_1": "", "metadata": "{}"})
+    response = admin_client.post(
+        change_url(trip),
+        {"title": "a\x00b", "expires_at_0": "", "expires_at_1": "", "metadata": "{}"},
+    )
     assert response.status_code == 200 and "title" in response.context["adminform"].form.errors
     assert session_state(trip) == before
 
 
-@pytest.mark.parametrize(("params", "says"), [
-    ({"after": MAX_CURSOR + 1}, f"after must be at most {MAX_CURSOR}"),
-    ({"after": "-1"}, "after must not be negative"),
-    ({"before": "-1"}, "before must not be negative"),
-    ({"before": "0"}, "before must be at least 1"),
-    ({"at": "9" * 40}, f"at must be at most {MAX_CURSOR}"),
-    ({"at": "1e9"}, "at must be an integer"),
-])
-def test_a_cursor_out_of_range_shows_the_newest_page_with_an_error(admin_client, make_session,
-                                                                 params, says):
+@pytest.mark.parametrize(
+    ("params", "says"),
+    [
+        ({"after": MAX_CURSOR + 1}, f"after must be at most {MAX_CURSOR}"),
+        ({"after": "-1"}, "after must not be negative"),
+        ({"before": "-1"}, "before must not be negative"),
+        ({"before": "0"}, "before must be at least 1"),
+        ({"at": "9" * 40}, f"at must be at most {MAX_CURSOR}"),
+        ({"at": "1e9"}, "at must be an integer"),
+    ],
+)
+def test_a_cursor_out_of_range_shows_the_newest_page_with_an_error(
+    admin_client, make_session, params, says
+):
     memory = make_session("short", 5)
     response = admin_client.get(change_url(memory, **params))
     assert response.status_code == 200
@@ -426,7 +543,9 @@ def test_a_cursor_out_of_range_shows_the_newest_page_with_an_error(admin_client,
     assert cursors_on(response) == [1, 2, 3, 4, 5]
 
 
-@pytest.mark.parametrize("params", [{"after": MAX_CURSOR}, {"at": MAX_CURSOR}, {"before": MAX_CURSOR}])
+@pytest.mark.parametrize(
+    "params", [{"after": MAX_CURSOR}, {"at": MAX_CURSOR}, {"before": MAX_CURSOR}]
+)
 def test_the_largest_cursor_is_an_empty_page_not_an_error(admin_client, make_session, params):
     memory = make_session("short", 5)
     response = admin_client.get(change_url(memory, **params))
@@ -444,7 +563,9 @@ def unreadable(db, user, settings):
 
     settings.MEMORY_APP = {"ENCRYPTION_KEYS": [Fernet.generate_key().decode()]}
     memory = Memory.session("locked", owner=user, title="Locked")
-    memory.add_many([{"role": "user", "content": "secret 4111"}, {"role": "assistant", "content": "ok"}])
+    memory.add_many(
+        [{"role": "user", "content": "secret 4111"}, {"role": "assistant", "content": "ok"}]
+    )
     settings.MEMORY_APP = {"ENCRYPTION_KEYS": [Fernet.generate_key().decode()]}
     return memory
 
@@ -459,19 +580,23 @@ def test_an_unreadable_transcript_is_a_message_on_the_session_page(admin_client,
 
 
 def test_a_store_error_in_a_view_is_a_message_not_a_500(admin_client, unreadable):
-    export = admin_client.get(reverse("admin:memory_app_session_export", args=[unreadable.id]),
-                              follow=True)
+    export = admin_client.get(
+        reverse("admin:memory_app_session_export", args=[unreadable.id]), follow=True
+    )
     assert export.status_code == 200
     assert export.redirect_chain == [(change_url(unreadable), 302)]
-    assert any(m.startswith("The export failed:") and "ENCRYPTION_KEYS" in m
-               for m in page_messages(export))
+    assert any(
+        m.startswith("The export failed:") and "ENCRYPTION_KEYS" in m for m in page_messages(export)
+    )
 
 
 def test_a_store_error_in_an_action_is_a_message_not_a_500(admin_client, unreadable, make_session):
     other = make_session("plain", 3)
-    response = admin_client.post(CHANGELIST, {
-        "action": "export_json", "_selected_action": [str(unreadable.id), str(other.id)]},
-        follow=True)
+    response = admin_client.post(
+        CHANGELIST,
+        {"action": "export_json", "_selected_action": [str(unreadable.id), str(other.id)]},
+        follow=True,
+    )
     assert response.status_code == 200 and response.redirect_chain == [(CHANGELIST, 302)]
     [message] = page_messages(response)
     assert message.startswith("The action failed:") and "ENCRYPTION_KEYS" in message
@@ -480,8 +605,9 @@ def test_a_store_error_in_an_action_is_a_message_not_a_500(admin_client, unreada
 
 def test_the_session_page_shows_the_retention_policy_in_force(admin_client, make_session, settings):
     memory = make_session("kept", 2, namespace="support-bot")
-    settings.MEMORY_APP = {"RETENTION": {"support-bot": {"ttl": "14d", "sliding": True,
-                                                         "max_messages": 500}}}
+    settings.MEMORY_APP = {
+        "RETENTION": {"support-bot": {"ttl": "14d", "sliding": True, "max_messages": 500}}
+    }
     html = admin_client.get(change_url(memory)).content.decode()
     assert "retention policy" in html.lower()
     assert "sliding: True" in html and "max_messages: 500" in html

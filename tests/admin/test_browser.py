@@ -65,8 +65,9 @@ def staff(django_user_model):
 @pytest.fixture
 def page(browser, live_server, staff):
     """A logged-in admin page (1440 px wide, like a laptop screen)."""
-    context = browser.new_context(viewport={"width": 1440, "height": 1000}, accept_downloads=True,
-                                  base_url=live_server.url)
+    context = browser.new_context(
+        viewport={"width": 1440, "height": 1000}, accept_downloads=True, base_url=live_server.url
+    )
     # Start with the admin's app sidebar folded, as after a click on its « toggle: the pages
     # under test (and the screenshots) get the full width.
     context.add_init_script("localStorage.setItem('django.admin.navSidebarIsOpen', 'false')")
@@ -106,7 +107,9 @@ def session_url(memory) -> str:
 
 
 def listed(page) -> list[str]:
-    return page.locator("#result_list tbody td.field-display_key, #result_list tbody th.field-display_key").all_inner_texts()
+    return page.locator(
+        "#result_list tbody td.field-display_key, #result_list tbody th.field-display_key"
+    ).all_inner_texts()
 
 
 @pytest.fixture
@@ -114,9 +117,15 @@ def sessions(trip, make_user):
     """The trip chat plus a few others, in two namespaces and two owners."""
     bob = make_user("bob")
     for i, topic in enumerate(["refund for order 1182", "password reset", "printer offline"]):
-        memory = Memory.session(f"ticket-{4410 + i}", owner=bob, namespace="support-bot", title=topic.capitalize())
-        memory.add_many([{"role": "user", "content": f"Hi, I need help with a {topic}."},
-                         {"role": "assistant", "content": "Sure, let me look into that."}])
+        memory = Memory.session(
+            f"ticket-{4410 + i}", owner=bob, namespace="support-bot", title=topic.capitalize()
+        )
+        memory.add_many(
+            [
+                {"role": "user", "content": f"Hi, I need help with a {topic}."},
+                {"role": "assistant", "content": "Sure, let me look into that."},
+            ]
+        )
     planner = Memory.session("daily-standup", namespace="planner", title="Stand-up notes")
     fill(planner, chatter(120))
     return trip
@@ -124,7 +133,13 @@ def sessions(trip, make_user):
 
 def test_changelist_filters_and_searches(page, sessions):
     page.goto("/admin/memory_app/session/")
-    assert sorted(listed(page)) == ["daily-standup", "ticket-4410", "ticket-4411", "ticket-4412", "trip-norway"]
+    assert sorted(listed(page)) == [
+        "daily-standup",
+        "ticket-4410",
+        "ticket-4411",
+        "ticket-4412",
+        "trip-norway",
+    ]
     assert page.locator("#result_list td.field-messages", has_text="120").count() == 1
     shoot(page, "changelist.png", full_page=True)
 
@@ -132,7 +147,12 @@ def test_changelist_filters_and_searches(page, sessions):
     assert sorted(listed(page)) == ["ticket-4410", "ticket-4411", "ticket-4412"]
     follow(page, page.locator("#changelist-filter").get_by_role("link", name="All").first)
 
-    follow(page, page.locator("#changelist-filter details", has_text="By snapshot").get_by_role("link", name="Yes"))
+    follow(
+        page,
+        page.locator("#changelist-filter details", has_text="By snapshot").get_by_role(
+            "link", name="Yes"
+        ),
+    )
     assert listed(page) == ["trip-norway"]
 
     page.goto("/admin/memory_app/session/")
@@ -156,7 +176,9 @@ def test_transcript_shows_tool_calls_and_the_snapshot(page, sessions):
     assert calls.count() == 2
     flights = calls.nth(1)
     assert not flights.evaluate("d => d.open")
-    assert "KL1143" in flights.locator(":scope > summary").inner_text()  # one-line preview of the result
+    assert (
+        "KL1143" in flights.locator(":scope > summary").inner_text()
+    )  # one-line preview of the result
     flights.locator(":scope > summary").click()
     assert flights.evaluate("d => d.open")
     assert flights.locator("#m-7").is_visible()
@@ -172,10 +194,14 @@ def test_transcript_shows_tool_calls_and_the_snapshot(page, sessions):
     # Snapshot lineage, and its range marked in the transcript.
     lineage = page.locator("#snapshot-1")
     assert "#1 – #10" in lineage.inner_text() and "gpt-4o-mini" in lineage.inner_text()
-    assert page.locator("article.mem-covered").count() == 8  # messages 1-10, results nested in calls
+    assert (
+        page.locator("article.mem-covered").count() == 8
+    )  # messages 1-10, results nested in calls
     divider = page.locator("#snapshot-end-1")
     assert divider.is_visible() and "stands for #1 – #10" in divider.inner_text()
-    box_10, box_div, box_11 = (page.locator(s).bounding_box() for s in ("#m-10", "#snapshot-end-1", "#m-11"))
+    box_10, box_div, box_11 = (
+        page.locator(s).bounding_box() for s in ("#m-10", "#snapshot-end-1", "#m-11")
+    )
     assert box_10["y"] < box_div["y"] < box_11["y"]
 
     # The picture: the session header, the transcript and the lineage, one short call open.
@@ -184,8 +210,12 @@ def test_transcript_shows_tool_calls_and_the_snapshot(page, sessions):
     page.evaluate("window.scrollTo(0, 0)")
     layout = page.locator(".mem-layout").bounding_box()
     shoot(page, "transcript-full.png", full_page=True)
-    path = shoot(page, "transcript.png", full_page=True,
-                 clip={"x": 0, "y": 0, "width": 1440, "height": layout["y"] + layout["height"] + 24})
+    path = shoot(
+        page,
+        "transcript.png",
+        full_page=True,
+        clip={"x": 0, "y": 0, "width": 1440, "height": layout["y"] + layout["height"] + 24},
+    )
     if os.environ.get("UPDATE_DOCS_SCREENSHOTS"):
         DOCS_IMAGE.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, DOCS_IMAGE)
@@ -201,7 +231,12 @@ def test_paging_through_a_long_transcript(page, make_session):
     page.goto(session_url(memory))
 
     def shown() -> list[int]:
-        return [int(c) for c in page.locator("article.mem-msg").evaluate_all("els => els.map(e => e.dataset.cursor)")]
+        return [
+            int(c)
+            for c in page.locator("article.mem-msg").evaluate_all(
+                "els => els.map(e => e.dataset.cursor)"
+            )
+        ]
 
     assert shown() == list(range(211, 261))
     for expected_first in (161, 111, 61, 11):
@@ -209,7 +244,10 @@ def test_paging_through_a_long_transcript(page, make_session):
         assert shown() == list(range(expected_first, expected_first + 50))
     follow(page, page.locator(".mem-pager").first.get_by_role("link", name="‹ Older"))
     assert shown() == list(range(1, 11))
-    assert page.locator(".mem-pager").first.get_by_text("‹ Older").get_attribute("aria-disabled") == "true"
+    assert (
+        page.locator(".mem-pager").first.get_by_text("‹ Older").get_attribute("aria-disabled")
+        == "true"
+    )
     follow(page, page.locator(".mem-pager").first.get_by_role("link", name="Newer ›"))
     assert shown() == list(range(11, 61))
     follow(page, page.locator(".mem-pager").last.get_by_role("link", name="Newest »"))
@@ -254,7 +292,10 @@ def test_summarize_now_reports_and_adds_a_snapshot(page, tasks, make_session):
     page.goto(session_url(memory))
     assert "No snapshot yet" in page.locator("#snapshots").inner_text()
     follow(page, page.get_by_role("button", name="Summarize now"))
-    assert "Summarization of “chatty”: done now (no broker)" in page.locator(".messagelist").inner_text()
+    assert (
+        "Summarization of “chatty”: done now (no broker)"
+        in page.locator(".messagelist").inner_text()
+    )
     snapshot = memory.latest_snapshot()
     assert snapshot is not None
     assert f"#1 – #{snapshot.upto}" in page.locator("#snapshot-1").inner_text()

@@ -29,8 +29,9 @@ def scheme(request) -> str:
 
 @pytest.fixture
 def laptop(browser, live_server, staff, scheme):  # noqa: F811
-    context = browser.new_context(viewport={"width": WIDTH, "height": HEIGHT}, color_scheme=scheme,
-                                  base_url=live_server.url)
+    context = browser.new_context(
+        viewport={"width": WIDTH, "height": HEIGHT}, color_scheme=scheme, base_url=live_server.url
+    )
     page = context.new_page()
     page.set_default_timeout(10_000)
     page.goto("/admin/login/?next=/admin/")
@@ -49,8 +50,16 @@ def overflow(page, selector: str) -> dict:
 def test_changelist_shows_every_column_without_scrolling(laptop, sessions, scheme):  # noqa: F811
     laptop.goto("/admin/memory_app/session/")
     shoot(laptop, f"changelist-1280-{scheme}.png", full_page=True)
-    for column in ("display_key", "display_title", "display_owner", "display_namespace",
-                   "messages", "tokens", "snapshot", "updated_at"):
+    for column in (
+        "display_key",
+        "display_title",
+        "display_owner",
+        "display_namespace",
+        "messages",
+        "tokens",
+        "snapshot",
+        "updated_at",
+    ):
         header = laptop.locator(f"#result_list th.column-{column}")
         assert header.count() == 1, column
         box = header.bounding_box()

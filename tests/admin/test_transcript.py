@@ -9,8 +9,15 @@ def msg(cursor, role="user", content="hi", **kw):
 
 
 def call(cursor, *ids):
-    return msg(cursor, "assistant", "", tool_calls=[
-        {"id": i, "type": "function", "function": {"name": "lookup", "arguments": '{"q": 1}'}} for i in ids])
+    return msg(
+        cursor,
+        "assistant",
+        "",
+        tool_calls=[
+            {"id": i, "type": "function", "function": {"name": "lookup", "arguments": '{"q": 1}'}}
+            for i in ids
+        ],
+    )
 
 
 def result(cursor, call_id, content="ok"):
@@ -26,7 +33,9 @@ def entries(page):
 
 
 def test_tool_results_are_shown_inside_their_calls():
-    page = arrange([msg(1), call(2, "a", "b"), result(3, "b", "B"), result(4, "a", "A"), msg(5)], [])
+    page = arrange(
+        [msg(1), call(2, "a", "b"), result(3, "b", "B"), result(4, "a", "A"), msg(5)], []
+    )
     shown = entries(page)
     assert [e.cursor for e in shown] == [1, 2, 5]
     calls = shown[1].tool_calls
@@ -88,11 +97,15 @@ def test_long_text_is_folded_with_a_short_preview():
 
 
 def test_multi_part_content_names_what_it_does_not_load():
-    message = msg(1, content="look", content_parts=[
-        {"type": "text", "text": "look"},
-        {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "A" * 4096}},
-        {"type": "input_audio", "input_audio": {"data": "xx", "format": "wav"}},
-    ])
+    message = msg(
+        1,
+        content="look",
+        content_parts=[
+            {"type": "text", "text": "look"},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "A" * 4096}},
+            {"type": "input_audio", "input_audio": {"data": "xx", "format": "wav"}},
+        ],
+    )
     parts = entries(arrange([message], []))[0].parts
     assert [p.kind for p in parts] == ["text", "image", "audio"]
     assert "inline image" in parts[1].label and "wav" in parts[2].label
@@ -100,7 +113,10 @@ def test_multi_part_content_names_what_it_does_not_load():
 
 def test_coverage_gives_each_version_its_range():
     ranges = coverage([snap(2, 9), snap(1, 4)])
-    assert [(r.snapshot.version, r.first, r.snapshot.upto) for r in ranges] == [(1, 1, 4), (2, 5, 9)]
+    assert [(r.snapshot.version, r.first, r.snapshot.upto) for r in ranges] == [
+        (1, 1, 4),
+        (2, 5, 9),
+    ]
 
 
 def test_calls_read_like_calls_and_results_fit_on_one_line():

@@ -47,11 +47,13 @@ def other_api(db, other_user) -> APIClient:
 def session(db, user):
     """Alice's session, with a few messages."""
     memory = Memory.create("chat-1", owner=user, namespace="bot", title="First chat")
-    memory.add_many([
-        {"role": "system", "content": "You are terse."},
-        {"role": "user", "content": "Hello"},
-        {"role": "assistant", "content": "Hi."},
-    ])
+    memory.add_many(
+        [
+            {"role": "system", "content": "You are terse."},
+            {"role": "user", "content": "Hello"},
+            {"role": "assistant", "content": "Hi."},
+        ]
+    )
     return memory
 
 

@@ -14,10 +14,27 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def rich_session(session):
-    session.add_many([{"role": "user", "content": "Weather?", "idempotency_key": "q1",
-                       "metadata": {"lang": "en"}}, *tool_turn("call_1")])
-    session.add({"role": "assistant", "content": [{"type": "text", "text": "Sunny"}], "extra": {"refusal": "no"}})
-    session.save_snapshot("Greeted, asked about weather.", upto=4, pinned=[{"role": "user", "content": "Task"}])
+    session.add_many(
+        [
+            {
+                "role": "user",
+                "content": "Weather?",
+                "idempotency_key": "q1",
+                "metadata": {"lang": "en"},
+            },
+            *tool_turn("call_1"),
+        ]
+    )
+    session.add(
+        {
+            "role": "assistant",
+            "content": [{"type": "text", "text": "Sunny"}],
+            "extra": {"refusal": "no"},
+        }
+    )
+    session.save_snapshot(
+        "Greeted, asked about weather.", upto=4, pinned=[{"role": "user", "content": "Task"}]
+    )
     session.set_meta("topic", "weather")
     return session
 
@@ -37,11 +54,17 @@ def test_export_then_import_round_trips(api, user, rich_session):
     response = api.post(f"{import_url()}?key=copy", exported, format="json")
     assert response.status_code == 201, response.data
     body = response.json()
-    assert (body["key"], body["namespace"], body["message_count"], body["has_snapshot"]) == ("copy", "bot", 7, True)
+    assert (body["key"], body["namespace"], body["message_count"], body["has_snapshot"]) == (
+        "copy",
+        "bot",
+        7,
+        True,
+    )
 
     copy = Memory.get(body["id"], owner=user)
-    assert [m.as_dict() | {"created_at": None} for m in copy.messages()] == \
-           [m.as_dict() | {"created_at": None} for m in rich_session.messages()]
+    assert [m.as_dict() | {"created_at": None} for m in copy.messages()] == [
+        m.as_dict() | {"created_at": None} for m in rich_session.messages()
+    ]
     assert copy.snapshots()[0].summary == "Greeted, asked about weather."
     again = api.get(session_url(copy.id, "export")).json()
     assert again["messages"] == exported["messages"]
@@ -99,5 +122,9 @@ def test_clear_empties_the_session_and_cursors_go_on(api, rich_session):
     assert rich_session.messages() == []
     assert api.get(session_url(rich_session.id, "snapshot")).status_code == 404
 
-    after = api.post(session_url(rich_session.id, "messages"), {"role": "user", "content": "again"}, format="json")
+    after = api.post(
+        session_url(rich_session.id, "messages"),
+        {"role": "user", "content": "again"},
+        format="json",
+    )
     assert after.json()["messages"][0]["cursor"] == 8  # never reused

@@ -59,8 +59,10 @@ def test_another_owners_session_is_not_found(api, other_api, session, method, ac
     missing_id = uuid.uuid4()
     missing = _call(other_api, method, action, body, missing_id)
     assert missing.status_code == 404
-    assert missing.json() == {**response.json(), "detail": response.json()["detail"].replace(
-        str(session.id), str(missing_id))}
+    assert missing.json() == {
+        **response.json(),
+        "detail": response.json()["detail"].replace(str(session.id), str(missing_id)),
+    }
 
     # Alice's session is untouched and still hers.
     assert session.export() == before
@@ -101,9 +103,13 @@ def test_staff_see_nothing_of_others_by_default(staff_api, session, method, acti
     assert _call(staff_api, method, action, body, session.id).status_code == 404
 
 
-@override_settings(MEMORY_APP={"API_PERMISSION_CLASSES": ["memory_app.api.permissions.StaffSeesAllOwners"]})
+@override_settings(
+    MEMORY_APP={"API_PERMISSION_CLASSES": ["memory_app.api.permissions.StaffSeesAllOwners"]}
+)
 @pytest.mark.parametrize(("method", "action", "body"), SESSION_ROUTES)
-def test_staff_see_all_owners_with_the_staff_permission_class(staff_api, other_api, session, method, action, body):
+def test_staff_see_all_owners_with_the_staff_permission_class(
+    staff_api, other_api, session, method, action, body
+):
     if (method, action) == ("get", "snapshot"):
         session.save_snapshot("something to read", upto=1)
     response = _call(staff_api, method, action, body, session.id)
@@ -112,10 +118,18 @@ def test_staff_see_all_owners_with_the_staff_permission_class(staff_api, other_a
     assert _call(other_api, "get", None, None, session.id).status_code == 404
 
 
-@override_settings(MEMORY_APP={"API_PERMISSION_CLASSES": ["memory_app.api.permissions.StaffSeesAllOwners"]})
+@override_settings(
+    MEMORY_APP={"API_PERMISSION_CLASSES": ["memory_app.api.permissions.StaffSeesAllOwners"]}
+)
 def test_staff_list_everyone_and_create_their_own(staff_api, other_api, session, other_user):
     Memory.create("bobs", owner=other_user)
-    assert sorted(r["key"] for r in staff_api.get(sessions_url()).json()["results"]) == ["bobs", "chat-1"]
+    assert sorted(r["key"] for r in staff_api.get(sessions_url()).json()["results"]) == [
+        "bobs",
+        "chat-1",
+    ]
     assert [r["key"] for r in other_api.get(sessions_url()).json()["results"]] == ["bobs"]
     created = staff_api.post(sessions_url(), {"key": "staff-own"}, format="json").json()
-    assert Memory.get(created["id"], owner=other_user.__class__.objects.get(username="root")).key == "staff-own"
+    assert (
+        Memory.get(created["id"], owner=other_user.__class__.objects.get(username="root")).key
+        == "staff-own"
+    )

@@ -14,7 +14,9 @@ pytestmark = pytest.mark.django_db
 
 
 def test_append_one_message_returns_it_with_its_cursor(api, session):
-    response = api.post(session_url(session.id, "messages"), {"role": "user", "content": "Next?"}, format="json")
+    response = api.post(
+        session_url(session.id, "messages"), {"role": "user", "content": "Next?"}, format="json"
+    )
     assert response.status_code == 201, response.data
     [stored] = response.json()["messages"]
     assert (stored["cursor"], stored["role"], stored["content"]) == (4, "user", "Next?")
@@ -24,8 +26,11 @@ def test_append_one_message_returns_it_with_its_cursor(api, session):
 
 
 def test_append_a_batch_with_a_tool_turn(api, session):
-    batch = [{"role": "user", "content": "Weather in Oslo?"}, *tool_turn("call_9"),
-             {"role": "assistant", "content": "Sunny.", "extra": {"refusal": "none"}}]
+    batch = [
+        {"role": "user", "content": "Weather in Oslo?"},
+        *tool_turn("call_9"),
+        {"role": "assistant", "content": "Sunny.", "extra": {"refusal": "none"}},
+    ]
     response = api.post(session_url(session.id, "messages"), {"messages": batch}, format="json")
     assert response.status_code == 201, response.data
     stored = response.json()["messages"]
@@ -38,7 +43,9 @@ def test_append_a_batch_with_a_tool_turn(api, session):
 
 def test_a_retried_append_with_an_idempotency_key_is_stored_once(api, session):
     message = {"role": "user", "content": "once", "idempotency_key": "req-1"}
-    first = api.post(session_url(session.id, "messages"), message, format="json").json()["messages"][0]
+    first = api.post(session_url(session.id, "messages"), message, format="json").json()[
+        "messages"
+    ][0]
     again = api.post(session_url(session.id, "messages"), message, format="json")
     assert again.status_code == 201
     assert again.json()["messages"][0]["cursor"] == first["cursor"]
@@ -51,22 +58,49 @@ BAD_MESSAGES = [
     pytest.param({"role": "user"}, "content", id="missing content"),
     pytest.param({"role": "user", "content": None}, "content", id="null content"),
     pytest.param({"role": "user", "content": 42}, "content", id="content not text"),
-    pytest.param({"role": "assistant", "content": None, "tool_calls": "weather()"}, "tool_calls",
-                 id="tool_calls not a list"),
-    pytest.param({"role": "assistant", "content": None, "tool_calls": [{"type": "function"}]}, "tool_calls",
-                 id="tool call without id"),
-    pytest.param({"role": "assistant", "content": None,
-                  "tool_calls": [{"id": "c1", "type": "function", "function": {"arguments": "{}"}}]},
-                 "tool_calls", id="tool call without function name"),
-    pytest.param({"role": "assistant", "content": None,
-                  "tool_calls": [{"id": "c1", "function": {"name": "f", "arguments": {"a": 1}}}]},
-                 "tool_calls", id="arguments not a JSON string"),
-    pytest.param({"role": "user", "content": "x", "tool_calls": [
-        {"id": "c1", "function": {"name": "f", "arguments": "{}"}}]}, "tool_calls", id="tool calls on a user"),
+    pytest.param(
+        {"role": "assistant", "content": None, "tool_calls": "weather()"},
+        "tool_calls",
+        id="tool_calls not a list",
+    ),
+    pytest.param(
+        {"role": "assistant", "content": None, "tool_calls": [{"type": "function"}]},
+        "tool_calls",
+        id="tool call without id",
+    ),
+    pytest.param(
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"arguments": "{}"}}],
+        },
+        "tool_calls",
+        id="tool call without function name",
+    ),
+    pytest.param(
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "c1", "function": {"name": "f", "arguments": {"a": 1}}}],
+        },
+        "tool_calls",
+        id="arguments not a JSON string",
+    ),
+    pytest.param(
+        {
+            "role": "user",
+            "content": "x",
+            "tool_calls": [{"id": "c1", "function": {"name": "f", "arguments": "{}"}}],
+        },
+        "tool_calls",
+        id="tool calls on a user",
+    ),
     pytest.param({"role": "tool", "content": "sunny"}, "tool_call_id", id="tool without call id"),
     pytest.param({"role": "user", "content": "hi", "colour": "red"}, "colour", id="unknown field"),
     pytest.param({"role": "user", "content": "nul \x00 inside"}, "content", id="NUL character"),
-    pytest.param({"role": "user", "content": "hi", "metadata": "x"}, "metadata", id="metadata not an object"),
+    pytest.param(
+        {"role": "user", "content": "hi", "metadata": "x"}, "metadata", id="metadata not an object"
+    ),
     pytest.param(["role", "user"], "message", id="not an object"),
 ]
 
@@ -84,7 +118,11 @@ def test_a_bad_message_is_400_with_the_field_and_nothing_is_stored(api, session,
 
 @pytest.mark.parametrize(("message", "field"), BAD_MESSAGES[:6])
 def test_one_bad_message_in_a_batch_stores_none(api, session, message, field):
-    batch = [{"role": "user", "content": "fine"}, {"role": "assistant", "content": "also fine"}, message]
+    batch = [
+        {"role": "user", "content": "fine"},
+        {"role": "assistant", "content": "also fine"},
+        message,
+    ]
     response = api.post(session_url(session.id, "messages"), {"messages": batch}, format="json")
     assert response.status_code == 400, response.data
     body = response.json()
@@ -92,7 +130,9 @@ def test_one_bad_message_in_a_batch_stores_none(api, session, message, field):
     assert session.count() == 3
     assert session.info().message_count == 3
     # The next good append gets the next cursor: no gap was left by the refused batch.
-    ok = api.post(session_url(session.id, "messages"), {"role": "user", "content": "later"}, format="json")
+    ok = api.post(
+        session_url(session.id, "messages"), {"role": "user", "content": "later"}, format="json"
+    )
     assert ok.json()["messages"][0]["cursor"] == 4
 
 
@@ -113,7 +153,9 @@ def test_bad_batches_are_400(api, session, body, field):
 
 @override_settings(MEMORY_APP={"MAX_MESSAGE_BYTES": 1000})
 def test_an_oversized_message_is_refused_not_truncated(api, session):
-    response = api.post(session_url(session.id, "messages"), {"role": "user", "content": "x" * 1001}, format="json")
+    response = api.post(
+        session_url(session.id, "messages"), {"role": "user", "content": "x" * 1001}, format="json"
+    )
     assert response.status_code == 400
     assert (response.json()["code"], response.json()["field"]) == ("message_too_large", "content")
     assert session.count() == 3
@@ -140,8 +182,9 @@ def test_read_messages_after_a_cursor_with_a_limit(api, session):
 
 
 def test_get_and_post_answer_one_shape(api, session):
-    appended = api.post(session_url(session.id, "messages"), {"role": "user", "content": "More"},
-                        format="json").json()
+    appended = api.post(
+        session_url(session.id, "messages"), {"role": "user", "content": "More"}, format="json"
+    ).json()
     page = api.get(session_url(session.id, "messages"), {"after": 3}).json()
     assert set(appended) == set(page) == {"messages", "next"}
     assert appended["next"] is None
@@ -162,7 +205,9 @@ def test_read_backwards_with_before(api, session):
 
 def test_after_and_before_bound_a_range(api, session):
     session.add_many([{"role": "user", "content": f"m{i}"} for i in range(4, 8)])  # cursors 4..7
-    body = api.get(session_url(session.id, "messages"), {"after": 1, "before": 6, "limit": 2}).json()
+    body = api.get(
+        session_url(session.id, "messages"), {"after": 1, "before": 6, "limit": 2}
+    ).json()
     assert [m["cursor"] for m in body["messages"]] == [2, 3]
     assert "after=3" in body["next"] and "before=6" in body["next"]
     last = api.get(body["next"]).json()
@@ -171,7 +216,9 @@ def test_after_and_before_bound_a_range(api, session):
 
 
 def test_next_carries_only_the_parameters_the_server_used(api, session):
-    body = api.get(session_url(session.id, "messages") + "?limit=1&page=9&cursor=abc&bogus=1").json()
+    body = api.get(
+        session_url(session.id, "messages") + "?limit=1&page=9&cursor=abc&bogus=1"
+    ).json()
     query = parse_qs(urlsplit(body["next"]).query)
     assert query == {"after": ["1"], "limit": ["1"]}
 
@@ -215,8 +262,12 @@ def test_bad_cursors_and_limits_are_400(api, session, params, field):
 def test_paging_through_thousands_of_messages_has_no_gaps_or_repeats(api, session):
     total_before = session.count()
     for start in range(0, 3000, 1000):
-        session.add_many([{"role": "user" if i % 2 else "assistant", "content": f"m{start + i}"}
-                          for i in range(1000)])
+        session.add_many(
+            [
+                {"role": "user" if i % 2 else "assistant", "content": f"m{start + i}"}
+                for i in range(1000)
+            ]
+        )
     expected = list(range(1, total_before + 3001))
 
     seen: list[int] = []

@@ -29,12 +29,22 @@ def add(memory, messages, capture):
 def alice_chats(user, django_capture_on_commit_callbacks):
     """Two of Alice's sessions that both mention the secret."""
     first = Memory.create("home", owner=user, namespace="bot")
-    add(first, [{"role": "system", "content": "You are terse."},
-                {"role": "user", "content": SECRET},
-                {"role": "assistant", "content": "Noted: the key is under the gnome."},
-                {"role": "user", "content": "Also, my cat is called Biscuit."}], django_capture_on_commit_callbacks)
+    add(
+        first,
+        [
+            {"role": "system", "content": "You are terse."},
+            {"role": "user", "content": SECRET},
+            {"role": "assistant", "content": "Noted: the key is under the gnome."},
+            {"role": "user", "content": "Also, my cat is called Biscuit."},
+        ],
+        django_capture_on_commit_callbacks,
+    )
     second = Memory.create("work", owner=user, namespace="bot")
-    add(second, [{"role": "user", "content": "Meeting notes: " + SECRET}], django_capture_on_commit_callbacks)
+    add(
+        second,
+        [{"role": "user", "content": "Meeting notes: " + SECRET}],
+        django_capture_on_commit_callbacks,
+    )
     return first, second
 
 
@@ -51,6 +61,7 @@ def search(client, memory, **params):
 
 
 # -- search -----------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("mode", ["fulltext", "hybrid", "vector"])
 def test_search_finds_the_message_with_score_cursor_and_session(api, alice_chats, mode):
@@ -77,7 +88,9 @@ def test_search_keeps_only_the_roles_asked_for(api, alice_chats):
     assert response.status_code == 200
     results = response.json()["results"]
     assert [r["message"]["role"] for r in results] == ["assistant"]
-    both = search(api, first, q="key gnome", mode="fulltext", roles="user, assistant").json()["results"]
+    both = search(api, first, q="key gnome", mode="fulltext", roles="user, assistant").json()[
+        "results"
+    ]
     assert {r["message"]["role"] for r in both} == {"user", "assistant"}
 
 
@@ -89,18 +102,23 @@ def test_owner_scope_searches_only_the_requesters_sessions(api, other_api, alice
         found = {r["session_id"] for r in response.json()["results"]}
         # Both of Alice's sessions, and never Bob's identical message.
         assert found == {str(first.id), str(second.id)}, mode
-        bobs = search(other_api, bob_chat, q=SECRET, scope="owner", mode=mode, limit=50).json()["results"]
+        bobs = search(other_api, bob_chat, q=SECRET, scope="owner", mode=mode, limit=50).json()[
+            "results"
+        ]
         assert {r["session_id"] for r in bobs} == {str(bob_chat.id)}, mode
 
 
-@pytest.mark.parametrize(("params", "field"), [
-    ({"q": "key", "limit": -1}, "limit"),
-    ({"q": "key", "limit": 0}, "limit"),
-    ({"q": "key", "limit": 1001}, "limit"),
-    ({"q": "key", "scope": "galaxy"}, "scope"),
-    ({"q": "key", "mode": "telepathy"}, "mode"),
-    ({"q": "key", "roles": "user,robot"}, "roles"),
-])
+@pytest.mark.parametrize(
+    ("params", "field"),
+    [
+        ({"q": "key", "limit": -1}, "limit"),
+        ({"q": "key", "limit": 0}, "limit"),
+        ({"q": "key", "limit": 1001}, "limit"),
+        ({"q": "key", "scope": "galaxy"}, "scope"),
+        ({"q": "key", "mode": "telepathy"}, "mode"),
+        ({"q": "key", "roles": "user,robot"}, "roles"),
+    ],
+)
 def test_bad_search_arguments_are_400_with_the_field(api, session, params, field):
     response = search(api, session, **params)
     assert response.status_code == 400
@@ -109,11 +127,14 @@ def test_bad_search_arguments_are_400_with_the_field(api, session, params, field
     assert field in body["errors"]
 
 
-@pytest.mark.parametrize(("params", "field"), [
-    ({}, "q"),
-    ({"q": "   "}, "q"),
-    ({"q": "key", "limit": "five"}, "limit"),
-])
+@pytest.mark.parametrize(
+    ("params", "field"),
+    [
+        ({}, "q"),
+        ({"q": "   "}, "q"),
+        ({"q": "key", "limit": "five"}, "limit"),
+    ],
+)
 def test_unparsable_search_parameters_are_400_with_the_field(api, session, params, field):
     response = search(api, session, **params)
     assert response.status_code == 400
@@ -121,6 +142,7 @@ def test_unparsable_search_parameters_are_400_with_the_field(api, session, param
 
 
 # -- another owner's session --------------------------------------------------------------------
+
 
 def test_another_owners_session_is_not_found_on_every_recall_endpoint(other_api, alice_chats):
     first, _ = alice_chats
@@ -137,6 +159,7 @@ def test_another_owners_session_is_not_found_on_every_recall_endpoint(other_api,
 
 
 # -- summarize --------------------------------------------------------------------------------
+
 
 @override_settings(MEMORY_APP={"SUMMARIZE_KEEP_RECENT": 1})
 def test_summarize_answers_202_and_the_eager_task_saves_a_snapshot(api, alice_chats):
@@ -165,11 +188,14 @@ def test_summarize_with_nothing_to_cover_still_answers_202(api, alice_chats):
     assert first.latest_snapshot() is None
 
 
-@pytest.mark.parametrize(("body", "field"), [
-    ({"keep_recent": -1}, "keep_recent"),
-    ({"keep_recent": "3"}, "keep_recent"),
-    ({"keep_recent": 1, "model": "x"}, "model"),
-])
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"keep_recent": -1}, "keep_recent"),
+        ({"keep_recent": "3"}, "keep_recent"),
+        ({"keep_recent": 1, "model": "x"}, "model"),
+    ],
+)
 def test_bad_summarize_bodies_are_400_and_enqueue_nothing(api, alice_chats, body, field):
     first, _ = alice_chats
     response = api.post(session_url(first.id, "summarize"), body, format="json")
@@ -180,21 +206,33 @@ def test_bad_summarize_bodies_are_400_and_enqueue_nothing(api, alice_chats, body
 
 # -- context ----------------------------------------------------------------------------------
 
+
 @pytest.fixture
 def long_chat(user, django_capture_on_commit_callbacks):
     memory = Memory.create("long", owner=user, namespace="bot")
-    add(memory, [
-        {"role": "system", "content": "You are a helpful assistant."},
-        {"role": "user", "content": "My sister Clara lives in Vienna and teaches violin."},
-        *({"role": "user" if i % 2 == 0 else "assistant",
-           "content": f"Small talk turn {i} about the weather and the football scores."} for i in range(30)),
-    ], django_capture_on_commit_callbacks)
+    add(
+        memory,
+        [
+            {"role": "system", "content": "You are a helpful assistant."},
+            {"role": "user", "content": "My sister Clara lives in Vienna and teaches violin."},
+            *(
+                {
+                    "role": "user" if i % 2 == 0 else "assistant",
+                    "content": f"Small talk turn {i} about the weather and the football scores.",
+                }
+                for i in range(30)
+            ),
+        ],
+        django_capture_on_commit_callbacks,
+    )
     return memory
 
 
 def test_context_puts_recalled_messages_only_in_the_untrusted_block(api, long_chat):
-    response = api.get(session_url(long_chat.id, "context"),
-                       {"q": "Where does my sister Clara live?", "max_tokens": 600, "recall_k": 3})
+    response = api.get(
+        session_url(long_chat.id, "context"),
+        {"q": "Where does my sister Clara live?", "max_tokens": 600, "recall_k": 3},
+    )
     assert response.status_code == 200, response.json()
     body = response.json()
     blocks = [m for m in body["messages"] if m["role"] == "system" and RECALL_OPEN in m["content"]]
@@ -221,20 +259,26 @@ def test_context_without_a_query_is_the_plain_window(api, long_chat):
     body = api.get(session_url(long_chat.id, "context"), {"max_tokens": 200}).json()
     window = api.get(session_url(long_chat.id, "window"), {"max_tokens": 200}).json()
     assert body["recalled"] == [] and body["recall_tokens"] == 0
-    assert (body["messages"], body["cursors"], body["tokens"]) == \
-        (window["messages"], window["cursors"], window["tokens"])
+    assert (body["messages"], body["cursors"], body["tokens"]) == (
+        window["messages"],
+        window["cursors"],
+        window["tokens"],
+    )
 
 
-@pytest.mark.parametrize(("params", "field"), [
-    ({"q": "Clara", "recall_k": -1}, "recall_k"),
-    ({"q": "Clara", "scope": "galaxy"}, "scope"),
-    ({"q": "Clara", "mode": "telepathy"}, "mode"),
-    ({"q": "Clara", "max_tokens": -5}, "max_tokens"),
-    # Checked even when there is nothing to recall.
-    ({"scope": "galaxy"}, "scope"),
-    ({"q": "Clara", "recall_k": 0, "mode": "telepathy"}, "mode"),
-    ({"roles": "robot"}, "roles"),
-])
+@pytest.mark.parametrize(
+    ("params", "field"),
+    [
+        ({"q": "Clara", "recall_k": -1}, "recall_k"),
+        ({"q": "Clara", "scope": "galaxy"}, "scope"),
+        ({"q": "Clara", "mode": "telepathy"}, "mode"),
+        ({"q": "Clara", "max_tokens": -5}, "max_tokens"),
+        # Checked even when there is nothing to recall.
+        ({"scope": "galaxy"}, "scope"),
+        ({"q": "Clara", "recall_k": 0, "mode": "telepathy"}, "mode"),
+        ({"roles": "robot"}, "roles"),
+    ],
+)
 def test_bad_context_parameters_are_400_with_the_field(api, long_chat, params, field):
     response = api.get(session_url(long_chat.id, "context"), params)
     assert response.status_code == 400
@@ -244,8 +288,12 @@ def test_bad_context_parameters_are_400_with_the_field(api, long_chat, params, f
 @pytest.mark.parametrize("value", ["2.0", "1_0", " 2", "0x2"])
 def test_query_integers_are_digits_only(api, long_chat, value):
     # DRF alone would read these as integers; the schema says they are not.
-    for action, name in (("search", "limit"), ("context", "recall_k"), ("window", "max_tokens"),
-                         ("messages", "after")):
+    for action, name in (
+        ("search", "limit"),
+        ("context", "recall_k"),
+        ("window", "max_tokens"),
+        ("messages", "after"),
+    ):
         response = api.get(session_url(long_chat.id, action), {"q": "Clara", name: value})
         assert response.status_code == 400, (action, value)
         assert response.json()["field"] == name

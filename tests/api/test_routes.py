@@ -41,8 +41,9 @@ def test_a_get_without_the_trailing_slash_names_the_url_with_its_query(api, sess
     assert api.get(url + "?max_tokens=100").status_code == 200  # the right URL works
 
 
-@pytest.mark.parametrize("path", ["nope/", "nope", "sessions/x/y/z/", "owner/", "owner/export/more/",
-                                  ""])
+@pytest.mark.parametrize(
+    "path", ["nope/", "nope", "sessions/x/y/z/", "owner/", "owner/export/more/", ""]
+)
 @pytest.mark.parametrize("method", ["get", "post", "put", "patch", "delete", "options"])
 def test_unknown_routes_are_json_404s_for_every_method(api, path, method):
     response = getattr(api, method)(PREFIX + path, {}, format="json")

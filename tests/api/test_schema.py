@@ -16,20 +16,26 @@ from .conftest import session_url
 pytestmark = pytest.mark.django_db
 
 OPERATIONS = {
-    ("/api/memory/sessions/", "get"), ("/api/memory/sessions/", "post"),
+    ("/api/memory/sessions/", "get"),
+    ("/api/memory/sessions/", "post"),
     ("/api/memory/sessions/import/", "post"),
-    ("/api/memory/sessions/{id}/", "get"), ("/api/memory/sessions/{id}/", "patch"),
+    ("/api/memory/sessions/{id}/", "get"),
+    ("/api/memory/sessions/{id}/", "patch"),
     ("/api/memory/sessions/{id}/", "delete"),
-    ("/api/memory/sessions/{id}/messages/", "get"), ("/api/memory/sessions/{id}/messages/", "post"),
+    ("/api/memory/sessions/{id}/messages/", "get"),
+    ("/api/memory/sessions/{id}/messages/", "post"),
     ("/api/memory/sessions/{id}/window/", "get"),
-    ("/api/memory/sessions/{id}/snapshot/", "get"), ("/api/memory/sessions/{id}/snapshot/", "post"),
+    ("/api/memory/sessions/{id}/snapshot/", "get"),
+    ("/api/memory/sessions/{id}/snapshot/", "post"),
     ("/api/memory/sessions/{id}/export/", "get"),
     ("/api/memory/sessions/{id}/clear/", "post"),
     # recall and summarization
-    ("/api/memory/sessions/{id}/search/", "get"), ("/api/memory/sessions/{id}/summarize/", "post"),
+    ("/api/memory/sessions/{id}/search/", "get"),
+    ("/api/memory/sessions/{id}/summarize/", "post"),
     ("/api/memory/sessions/{id}/context/", "get"),
     # per owner (memory_app.owners)
-    ("/api/memory/owner/export/", "get"), ("/api/memory/owner/erase/", "post"),
+    ("/api/memory/owner/export/", "get"),
+    ("/api/memory/owner/erase/", "post"),
 }
 
 
@@ -41,8 +47,12 @@ def schema(client):
 
 
 def test_every_endpoint_and_its_errors_are_documented(schema):
-    documented = {(path, method) for path, item in schema["paths"].items() for method in item
-                  if path.startswith("/api/memory/")}
+    documented = {
+        (path, method)
+        for path, item in schema["paths"].items()
+        for method in item
+        if path.startswith("/api/memory/")
+    }
     assert documented == OPERATIONS
     for path, method in OPERATIONS:
         operation = schema["paths"][path][method]
@@ -51,17 +61,26 @@ def test_every_endpoint_and_its_errors_are_documented(schema):
         if "{id}" in path:
             assert "404" in codes, (path, method)
             [id_param] = [p for p in operation["parameters"] if p["name"] == "id"]
-            assert (id_param["in"], id_param["schema"]) == ("path", {"type": "string", "format": "uuid"})
+            assert (id_param["in"], id_param["schema"]) == (
+                "path",
+                {"type": "string", "format": "uuid"},
+            )
         if method in ("post", "patch") and not path.endswith("/clear/"):
             assert "400" in codes, (path, method)
         assert operation.get("summary"), (path, method)
-    snapshot_conflict = schema["paths"]["/api/memory/sessions/{id}/snapshot/"]["post"]["responses"]["409"]
-    assert snapshot_conflict["content"]["application/json"]["schema"]["$ref"].endswith("/SnapshotConflict")
+    snapshot_conflict = schema["paths"]["/api/memory/sessions/{id}/snapshot/"]["post"]["responses"][
+        "409"
+    ]
+    assert snapshot_conflict["content"]["application/json"]["schema"]["$ref"].endswith(
+        "/SnapshotConflict"
+    )
     assert {"cookieAuth", "tokenAuth"} <= set(schema["components"]["securitySchemes"])
 
 
 def test_schema_is_valid_and_warning_free(tmp_path):
-    call_command("spectacular", "--validate", "--fail-on-warn", "--file", str(tmp_path / "schema.yaml"))
+    call_command(
+        "spectacular", "--validate", "--fail-on-warn", "--file", str(tmp_path / "schema.yaml")
+    )
 
 
 def test_swagger_ui_is_served_without_a_cdn(client):
@@ -81,9 +100,16 @@ def test_swagger_ui_is_served_without_a_cdn(client):
 @pytest.mark.postgres
 def test_no_response_carries_embeddings(api, session):
     message = session.messages()[1]
-    Embedding.objects.create(message_id=message.id, session_id=session.id, owner=session.session.owner,
-                             cursor=message.cursor, role=message.role,
-                             model="test-model", dimensions=3, vector=[0.1, 0.2, 0.3])
+    Embedding.objects.create(
+        message_id=message.id,
+        session_id=session.id,
+        owner=session.session.owner,
+        cursor=message.cursor,
+        role=message.role,
+        model="test-model",
+        dimensions=3,
+        vector=[0.1, 0.2, 0.3],
+    )
     session.save_snapshot("s", upto=1)
     urls = [session_url(session.id, a) for a in ("messages", "window", "snapshot", "export")]
     for url in [*urls, session_url(session.id)]:

@@ -23,35 +23,37 @@ from ..conftest import tool_turn
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
 
-CONFIG = schemathesis.Config.from_dict({
-    # Fixed seed: the run is the same every time (a failure reproduces).
-    "seed": 20240603,
-    "generation": {
-        "mode": "all",  # valid and invalid input
-        "max-examples": 30,
-        "database": "none",
-        # Authenticate with our token only; generated credentials would be invalid ones.
-        "with-security-parameters": False,
-    },
-    "phases": {"stateful": {"enabled": False}},
-    "suppress-health-check": ["too_slow", "filter_too_much", "data_too_large"],
-    "checks": {
-        "not_a_server_error": {"enabled": True},
-        "status_code_conformance": {"enabled": True},
-        "content_type_conformance": {"enabled": True},
-        "response_schema_conformance": {"enabled": True},
-        "response_headers_conformance": {"enabled": True},
-        "negative_data_rejection": {"enabled": True},
-        "ignored_auth": {"enabled": True},
-        "unsupported_method": {"enabled": True},
-        # Schema-valid input may still break rules the schema cannot express (a tool message
-        # needs the id of a call, a snapshot must move past the last one): a 400 is right then.
-        "positive_data_acceptance": {"enabled": False},
-        # Resources are made by the test itself, not by earlier calls.
-        "use_after_free": {"enabled": False},
-        "ensure_resource_availability": {"enabled": False},
-    },
-})
+CONFIG = schemathesis.Config.from_dict(
+    {
+        # Fixed seed: the run is the same every time (a failure reproduces).
+        "seed": 20240603,
+        "generation": {
+            "mode": "all",  # valid and invalid input
+            "max-examples": 30,
+            "database": "none",
+            # Authenticate with our token only; generated credentials would be invalid ones.
+            "with-security-parameters": False,
+        },
+        "phases": {"stateful": {"enabled": False}},
+        "suppress-health-check": ["too_slow", "filter_too_much", "data_too_large"],
+        "checks": {
+            "not_a_server_error": {"enabled": True},
+            "status_code_conformance": {"enabled": True},
+            "content_type_conformance": {"enabled": True},
+            "response_schema_conformance": {"enabled": True},
+            "response_headers_conformance": {"enabled": True},
+            "negative_data_rejection": {"enabled": True},
+            "ignored_auth": {"enabled": True},
+            "unsupported_method": {"enabled": True},
+            # Schema-valid input may still break rules the schema cannot express (a tool message
+            # needs the id of a call, a snapshot must move past the last one): a 400 is right then.
+            "positive_data_acceptance": {"enabled": False},
+            # Resources are made by the test itself, not by earlier calls.
+            "use_after_free": {"enabled": False},
+            "ensure_resource_availability": {"enabled": False},
+        },
+    }
+)
 
 
 # The schema is fetched from the project's own /api/schema/ when the module is collected (it
@@ -83,9 +85,17 @@ def auth_header(user) -> dict[str, str]:
 
 def existing_session(owner, *, with_snapshot: bool):
     """A session worth calling: messages with a tool turn, and maybe a snapshot."""
-    memory = Memory.create(f"fuzz-{uuid.uuid4().hex}", owner=owner, namespace="fuzz", title="Fuzzed")
-    memory.add_many([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Weather?"},
-                     *tool_turn("call_1"), {"role": "assistant", "content": "Sunny."}])
+    memory = Memory.create(
+        f"fuzz-{uuid.uuid4().hex}", owner=owner, namespace="fuzz", title="Fuzzed"
+    )
+    memory.add_many(
+        [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "Weather?"},
+            *tool_turn("call_1"),
+            {"role": "assistant", "content": "Sunny."},
+        ]
+    )
     if with_snapshot:
         memory.save_snapshot("Asked about the weather.", upto=2)
     return memory
@@ -105,9 +115,13 @@ def test_api_conforms_to_its_schema(case, user, auth_header, same_connection_for
             pass
         else:
             # Saving a first snapshot (no prev_version) can only succeed on a session without one.
-            first_snapshot = (case.operation.method.upper(), case.operation.path.rsplit("/", 2)[-2]) == \
-                ("POST", "snapshot")
-            case.path_parameters["id"] = str(existing_session(user, with_snapshot=not first_snapshot).id)
+            first_snapshot = (
+                case.operation.method.upper(),
+                case.operation.path.rsplit("/", 2)[-2],
+            ) == ("POST", "snapshot")
+            case.path_parameters["id"] = str(
+                existing_session(user, with_snapshot=not first_snapshot).id
+            )
     case.call_and_validate(headers=auth_header)
 
 

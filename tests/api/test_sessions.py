@@ -15,14 +15,29 @@ pytestmark = pytest.mark.django_db
 
 
 def test_create_returns_the_session(api, user):
-    response = api.post(sessions_url(), {"key": "k1", "namespace": "bot", "title": "T",
-                                         "metadata": {"lang": "en"},
-                                         "expires_at": "2031-01-01T00:00:00Z"}, format="json")
+    response = api.post(
+        sessions_url(),
+        {
+            "key": "k1",
+            "namespace": "bot",
+            "title": "T",
+            "metadata": {"lang": "en"},
+            "expires_at": "2031-01-01T00:00:00Z",
+        },
+        format="json",
+    )
     assert response.status_code == 201, response.data
     body = response.json()
-    assert {k: body[k] for k in ("key", "namespace", "title", "metadata", "message_count", "has_snapshot")} == {
-        "key": "k1", "namespace": "bot", "title": "T", "metadata": {"lang": "en"},
-        "message_count": 0, "has_snapshot": False,
+    assert {
+        k: body[k]
+        for k in ("key", "namespace", "title", "metadata", "message_count", "has_snapshot")
+    } == {
+        "key": "k1",
+        "namespace": "bot",
+        "title": "T",
+        "metadata": {"lang": "en"},
+        "message_count": 0,
+        "has_snapshot": False,
     }
     assert body["expires_at"].startswith("2031-01-01T00:00:00")
     stored = Memory.get(body["id"], owner=user)
@@ -41,8 +56,11 @@ def test_a_taken_key_is_409_unless_get_or_create(api):
     assert again.status_code == 409
     assert again.json()["code"] == "session_exists"
 
-    found = api.post(sessions_url(), {"key": "k1", "namespace": "bot", "get_or_create": True, "title": "x"},
-                     format="json")
+    found = api.post(
+        sessions_url(),
+        {"key": "k1", "namespace": "bot", "get_or_create": True, "title": "x"},
+        format="json",
+    )
     assert found.status_code == 200
     assert found.json()["id"] == first["id"]
     assert found.json()["title"] == ""  # the existing session is returned unchanged
@@ -78,7 +96,12 @@ def test_bad_create_input_is_400_with_the_field(api, body, field):
 
 
 def test_a_body_that_is_not_json_is_refused(api):
-    assert api.post(sessions_url(), "key=k", content_type="application/x-www-form-urlencoded").status_code == 415
+    assert (
+        api.post(
+            sessions_url(), "key=k", content_type="application/x-www-form-urlencoded"
+        ).status_code
+        == 415
+    )
     response = api.post(sessions_url(), "{not json", content_type="application/json")
     assert response.status_code == 400
     assert response.json()["code"] == "parse_error"
@@ -154,8 +177,11 @@ def test_an_unknown_or_malformed_id_is_404(api, bad_id):
 
 
 def test_patch_changes_title_metadata_and_expiry(api, session):
-    response = api.patch(session_url(session.id), {"title": "Renamed", "metadata": {"a": 1},
-                                                   "expires_at": "2030-05-01T12:00:00Z"}, format="json")
+    response = api.patch(
+        session_url(session.id),
+        {"title": "Renamed", "metadata": {"a": 1}, "expires_at": "2030-05-01T12:00:00Z"},
+        format="json",
+    )
     assert response.status_code == 200, response.data
     assert (response.json()["title"], response.json()["metadata"]) == ("Renamed", {"a": 1})
     session.refresh()
@@ -189,8 +215,14 @@ def test_patch_refuses_read_only_and_unknown_fields(api, session, body):
     assert (session.key, session.title) == ("chat-1", "First chat")  # nothing half applied
 
 
-@pytest.mark.parametrize(("body", "field"), [({"title": "t" * 256}, "title"), ({"metadata": "x"}, "metadata"),
-                                             ({"title": "nul\x00"}, "title")])
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"title": "t" * 256}, "title"),
+        ({"metadata": "x"}, "metadata"),
+        ({"title": "nul\x00"}, "title"),
+    ],
+)
 def test_patch_refuses_bad_values(api, session, body, field):
     response = api.patch(session_url(session.id), body, format="json")
     assert response.status_code == 400
@@ -229,7 +261,8 @@ def test_session_authentication_works_with_csrf(db, user, session):
     client.force_login(user)
     assert client.get(session_url(session.id)).status_code == 200
     # A cookie-authenticated write without the CSRF token is refused.
-    response = client.post(session_url(session.id, "messages"), {"role": "user", "content": "x"}, format="json")
+    response = client.post(
+        session_url(session.id, "messages"), {"role": "user", "content": "x"}, format="json"
+    )
     assert response.status_code == 403
     assert session.count() == 3
-

@@ -11,9 +11,19 @@ pytestmark = pytest.mark.django_db
 
 
 def test_window_is_what_the_adapter_returns(api, session):
-    session.add_many([{"role": "user", "content": "Weather?"}, *tool_turn("call_1"),
-                      {"role": "assistant", "content": "Sunny."}])
-    for params in ({}, {"max_messages": 3}, {"max_tokens": 30}, {"max_messages": 2, "model": "gpt-4o"}):
+    session.add_many(
+        [
+            {"role": "user", "content": "Weather?"},
+            *tool_turn("call_1"),
+            {"role": "assistant", "content": "Sunny."},
+        ]
+    )
+    for params in (
+        {},
+        {"max_messages": 3},
+        {"max_tokens": 30},
+        {"max_messages": 2, "model": "gpt-4o"},
+    ):
         response = api.get(session_url(session.id, "window"), params)
         assert response.status_code == 200, response.data
         expected = session.window(**params)
@@ -24,8 +34,13 @@ def test_window_is_what_the_adapter_returns(api, session):
 
 
 def test_window_keeps_the_system_message_and_whole_tool_groups(api, session):
-    session.add_many([{"role": "user", "content": "Weather?"}, *tool_turn("call_1"),
-                      {"role": "assistant", "content": "Sunny."}])
+    session.add_many(
+        [
+            {"role": "user", "content": "Weather?"},
+            *tool_turn("call_1"),
+            {"role": "assistant", "content": "Sunny."},
+        ]
+    )
     body = api.get(session_url(session.id, "window"), {"max_messages": 2}).json()
     roles = [m["role"] for m in body["messages"]]
     assert roles[0] == "system"
@@ -34,7 +49,9 @@ def test_window_keeps_the_system_message_and_whole_tool_groups(api, session):
 
 
 def test_window_starts_with_the_snapshot_summary(api, session):
-    session.save_snapshot("They said hello.", upto=3, pinned=[{"role": "user", "content": "The task"}])
+    session.save_snapshot(
+        "They said hello.", upto=3, pinned=[{"role": "user", "content": "The task"}]
+    )
     session.add({"role": "user", "content": "And now?"})
     body = api.get(session_url(session.id, "window")).json()
     assert body["snapshot_version"] == 1
@@ -45,9 +62,13 @@ def test_window_starts_with_the_snapshot_summary(api, session):
 
 @pytest.mark.parametrize(
     ("params", "field"),
-    [({"max_tokens": "-1"}, "max_tokens"), ({"max_tokens": "lots"}, "max_tokens"),
-     ({"max_messages": "-3"}, "max_messages"), ({"max_messages": "2.5"}, "max_messages"),
-     ({"model": "m\x00"}, "model")],
+    [
+        ({"max_tokens": "-1"}, "max_tokens"),
+        ({"max_tokens": "lots"}, "max_tokens"),
+        ({"max_messages": "-3"}, "max_messages"),
+        ({"max_messages": "2.5"}, "max_messages"),
+        ({"model": "m\x00"}, "model"),
+    ],
 )
 def test_bad_window_budgets_are_400(api, session, params, field):
     response = api.get(session_url(session.id, "window"), params)
@@ -62,16 +83,32 @@ def test_no_snapshot_yet_is_404(api, session):
 
 
 def test_save_and_read_snapshots(api, session):
-    first = api.post(session_url(session.id, "snapshot"),
-                     {"summary": "Greetings.", "upto": 2, "pinned": [{"role": "user", "content": "Task: be nice"}],
-                      "model": "gpt-4o-mini", "metadata": {"by": "test"}}, format="json")
+    first = api.post(
+        session_url(session.id, "snapshot"),
+        {
+            "summary": "Greetings.",
+            "upto": 2,
+            "pinned": [{"role": "user", "content": "Task: be nice"}],
+            "model": "gpt-4o-mini",
+            "metadata": {"by": "test"},
+        },
+        format="json",
+    )
     assert first.status_code == 201, first.data
     assert {k: first.json()[k] for k in ("version", "upto", "summary", "model", "metadata")} == {
-        "version": 1, "upto": 2, "summary": "Greetings.", "model": "gpt-4o-mini", "metadata": {"by": "test"}}
+        "version": 1,
+        "upto": 2,
+        "summary": "Greetings.",
+        "model": "gpt-4o-mini",
+        "metadata": {"by": "test"},
+    }
     assert first.json()["pinned"] == [{"role": "user", "content": "Task: be nice"}]
 
-    second = api.post(session_url(session.id, "snapshot"), {"summary": "All of it.", "upto": 3, "prev_version": 1},
-                      format="json")
+    second = api.post(
+        session_url(session.id, "snapshot"),
+        {"summary": "All of it.", "upto": 3, "prev_version": 1},
+        format="json",
+    )
     assert second.status_code == 201
     latest = api.get(session_url(session.id, "snapshot")).json()
     assert (latest["version"], latest["upto"], latest["summary"]) == (2, 3, "All of it.")
@@ -82,7 +119,10 @@ def test_save_and_read_snapshots(api, session):
 def test_a_stale_prev_version_is_409_with_the_current_snapshot(api, session):
     url = session_url(session.id, "snapshot")
     assert api.post(url, {"summary": "v1", "upto": 1}, format="json").status_code == 201
-    assert api.post(url, {"summary": "v2", "upto": 2, "prev_version": 1}, format="json").status_code == 201
+    assert (
+        api.post(url, {"summary": "v2", "upto": 2, "prev_version": 1}, format="json").status_code
+        == 201
+    )
 
     # A writer that read version 1 (and one that read nothing) lose the race: nothing is written.
     for stale in ({"prev_version": 1}, {}):
@@ -108,8 +148,11 @@ def test_a_stale_prev_version_is_409_with_the_current_snapshot(api, session):
         ({"upto": 2}, "invalid", "summary"),
         ({"summary": "s", "upto": 2, "prev_version": "one"}, "invalid", "prev_version"),
         ({"summary": "s", "upto": 2, "version": 7}, "invalid", "version"),
-        ({"summary": "s", "upto": 2, "pinned": [{"role": "nobody", "content": "x"}]}, "invalid_snapshot",
-         "pinned[0].role"),
+        (
+            {"summary": "s", "upto": 2, "pinned": [{"role": "nobody", "content": "x"}]},
+            "invalid_snapshot",
+            "pinned[0].role",
+        ),
         ({"summary": "s", "upto": 2, "pinned": "the task"}, "invalid", "pinned"),
     ],
 )

@@ -30,7 +30,9 @@ def stored(roles: str) -> list[StoredMessage]:
         elif r == "t":
             out.append(StoredMessage(cursor, "tool", "r", tool_call_id=f"c{call}"))
         else:
-            out.append(StoredMessage(cursor, {"u": "user", "a": "assistant", "s": "system"}[r], "x"))
+            out.append(
+                StoredMessage(cursor, {"u": "user", "a": "assistant", "s": "system"}[r], "x")
+            )
     return out
 
 
@@ -50,8 +52,12 @@ class TestCoveredRange:
         # u a c t t u a: a call with two results at cursors 3-5 (one group).
         messages = stored("uactu")
         messages.insert(4, StoredMessage(5, "tool", "r2", tool_call_id="c1"))
-        messages = [StoredMessage(i + 1, m.role, m.content, tool_calls=m.tool_calls,
-                                  tool_call_id=m.tool_call_id) for i, m in enumerate(messages)]
+        messages = [
+            StoredMessage(
+                i + 1, m.role, m.content, tool_calls=m.tool_calls, tool_call_id=m.tool_call_id
+            )
+            for i, m in enumerate(messages)
+        ]
         covered = covered_range(messages, keep)
         assert cursors(covered) == ([1, 2, 3, 4, 5] if keep == 1 else [1, 2])
 
@@ -59,8 +65,11 @@ class TestCoveredRange:
         # The log ends with a call whose result is not stored yet: leave the call out.
         assert cursors(covered_range(stored("uac"), 0)) == [1, 2]
         # Two calls, one answered so far.
-        two = [*stored("ua"), StoredMessage(3, "assistant", "", tool_calls=[{"id": "x"}, {"id": "y"}]),
-               StoredMessage(4, "tool", "r", tool_call_id="x")]
+        two = [
+            *stored("ua"),
+            StoredMessage(3, "assistant", "", tool_calls=[{"id": "x"}, {"id": "y"}]),
+            StoredMessage(4, "tool", "r", tool_call_id="x"),
+        ]
         assert cursors(covered_range(two, 0)) == [1, 2]
         # All answered: the whole group may be covered.
         assert cursors(covered_range(stored("uact"), 0)) == [1, 2, 3, 4]
@@ -69,8 +78,17 @@ class TestCoveredRange:
 
     def test_token_budget(self):
         def costly(roles):
-            return [StoredMessage(m.cursor, m.role, m.content, tool_calls=m.tool_calls,
-                                  tool_call_id=m.tool_call_id, tokens=10) for m in stored(roles)]
+            return [
+                StoredMessage(
+                    m.cursor,
+                    m.role,
+                    m.content,
+                    tool_calls=m.tool_calls,
+                    tool_call_id=m.tool_call_id,
+                    tokens=10,
+                )
+                for m in stored(roles)
+            ]
 
         assert cursors(covered_range(costly("uauauau"), 1, max_tokens=25)) == [1, 2]
         assert cursors(covered_range(costly("uauauau"), 1, max_tokens=None)) == [1, 2, 3, 4, 5, 6]
@@ -94,8 +112,11 @@ def test_compact_updates_the_summary_and_saves_at_the_last_covered_cursor(mem, e
     mem.add_many([{"role": "system", "content": "Be brief."}, *turns(5)])
     snap = mem.compact()
     assert (snap.version, snap.upto, snap.model) == (1, 4, "extractive")
-    assert snap.summary.splitlines() == ["user: msg-001 says hello.", "assistant: msg-002 says hello.",
-                                         "user: msg-003 says hello."]
+    assert snap.summary.splitlines() == [
+        "user: msg-001 says hello.",
+        "assistant: msg-002 says hello.",
+        "user: msg-003 says hello.",
+    ]
     assert snap.metadata["covered_from"] == 1 and snap.metadata["covered_messages"] == 4
     assert mem.compact() is None  # only keep_recent messages after it
     mem.add_many(turns(3, start=6))
@@ -104,8 +125,11 @@ def test_compact_updates_the_summary_and_saves_at_the_last_covered_cursor(mem, e
     # Updated, not rewritten: the old lines stay, the new turns follow.
     assert snap2.summary.startswith(snap.summary + "\n")
     assert snap2.summary.splitlines()[3:] == [
-        "assistant: msg-004 says hello.", "user: msg-005 says hello.",
-        "assistant: msg-006 says hello.", "user: msg-007 says hello."]
+        "assistant: msg-004 says hello.",
+        "user: msg-005 says hello.",
+        "assistant: msg-006 says hello.",
+        "user: msg-007 says hello.",
+    ]
     window = mem.window()  # the system prompt, the summary, the one kept message
     assert window.snapshot_version == 2 and window.cursors == [1, None, 9]
     session = Session.objects.get(pk=mem.id)
@@ -125,15 +149,30 @@ def test_compact_carries_pinned_messages_and_validates_arguments(mem, extractive
 
 
 def test_tool_groups_are_never_split_in_the_store(mem, extractive):
-    mem.add_many([*turns(2), *tool_turn("call_1"), {"role": "assistant", "content": "It is sunny."}])
+    mem.add_many(
+        [*turns(2), *tool_turn("call_1"), {"role": "assistant", "content": "It is sunny."}]
+    )
     # keep_recent=2 would cut between the call (3) and its result (4): cover 1-2 only.
     snap = mem.compact(keep_recent=2)
     assert snap.upto == 2
     assert mem.compact(keep_recent=2) is None
     # A pending call at the end (result not stored yet) is not covered either.
-    mem.add_many([{"role": "user", "content": "And Bergen?"},
-                  {"role": "assistant", "content": None, "tool_calls": [
-                      {"id": "call_2", "type": "function", "function": {"name": "weather", "arguments": "{}"}}]}])
+    mem.add_many(
+        [
+            {"role": "user", "content": "And Bergen?"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "call_2",
+                        "type": "function",
+                        "function": {"name": "weather", "arguments": "{}"},
+                    }
+                ],
+            },
+        ]
+    )
     snap = mem.compact(keep_recent=0)
     assert snap.upto == 6
     window = mem.window()
@@ -187,8 +226,11 @@ class RacingSummarizer(Summarizer):
         self.calls.append((previous_summary, [m.cursor for m in messages]))
         if len(self.calls) <= self.races:
             _, tail = self.other.load_snapshot()
-            self.other.save_snapshot(f"competitor {len(self.calls)}", upto=tail[0].cursor,
-                                     prev=self.other.latest_snapshot())
+            self.other.save_snapshot(
+                f"competitor {len(self.calls)}",
+                upto=tail[0].cursor,
+                prev=self.other.latest_snapshot(),
+            )
         return f"ours after {previous_summary}"
 
 
@@ -228,7 +270,9 @@ def test_a_failed_or_empty_summary_saves_nothing(mem, llm_settings, openai_serve
     with pytest.raises(EmptySummary):  # any summarizer's empty answer, not only the LLM's
         mem.compact(summarizer=EmptySummarizer())
     assert mem.snapshots() == []
-    assert Session.objects.get(pk=mem.id).tokens_since_snapshot == sum(m.tokens for m in mem.messages())
+    assert Session.objects.get(pk=mem.id).tokens_since_snapshot == sum(
+        m.tokens for m in mem.messages()
+    )
     openai_server.reply_with("Five greetings.")
     snap = mem.compact()
     assert (snap.summary, snap.upto, snap.model) == ("Five greetings.", 3, "test-summarizer")
@@ -273,7 +317,9 @@ def test_compaction_with_concurrent_appends(user, llm_settings, openai_server):
         finally:
             connections.close_all()
 
-    compactor = threading.Thread(target=run, args=(lambda: Memory.get(mem.id, owner=user).compact(),))
+    compactor = threading.Thread(
+        target=run, args=(lambda: Memory.get(mem.id, owner=user).compact(),)
+    )
     compactor.start()
     assert asked.wait(20)
 

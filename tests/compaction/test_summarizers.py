@@ -18,23 +18,33 @@ def msg(cursor: int, role: str, content: str = "", **extra) -> StoredMessage:
     return StoredMessage(cursor=cursor, role=role, content=content, **extra)
 
 
-CALL = {"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Oslo"}'}}
+CALL = {
+    "id": "call_1",
+    "type": "function",
+    "function": {"name": "weather", "arguments": '{"city": "Oslo"}'},
+}
 
 
 class TestExtractive:
     def test_keeps_the_first_sentence_of_each_turn_and_updates_the_previous_summary(self):
         s = ExtractiveSummarizer()
-        first = s.summarize(None, [
-            msg(1, "system", "You are terse."),
-            msg(2, "user", "My name is Ada. I live in Oslo."),
-            msg(3, "assistant", "Nice to meet you, Ada! How can I help?"),
-        ])
+        first = s.summarize(
+            None,
+            [
+                msg(1, "system", "You are terse."),
+                msg(2, "user", "My name is Ada. I live in Oslo."),
+                msg(3, "assistant", "Nice to meet you, Ada! How can I help?"),
+            ],
+        )
         assert first == "user: My name is Ada.\nassistant: Nice to meet you, Ada!"
-        second = s.summarize(first, [
-            msg(4, "assistant", "", tool_calls=[CALL]),
-            msg(5, "tool", "sunny", tool_call_id="call_1"),
-            msg(6, "user", "Thanks\nsecond line"),
-        ])
+        second = s.summarize(
+            first,
+            [
+                msg(4, "assistant", "", tool_calls=[CALL]),
+                msg(5, "tool", "sunny", tool_call_id="call_1"),
+                msg(6, "user", "Thanks\nsecond line"),
+            ],
+        )
         assert second == first + "\nassistant called weather\nuser: Thanks"
 
     def test_caps_the_size_dropping_the_oldest_lines(self):
@@ -48,7 +58,8 @@ class TestExtractive:
 
     def test_never_empty(self):
         assert ExtractiveSummarizer().summarize(None, [msg(1, "tool", "x", tool_call_id="c")]) == (
-            "(1 earlier messages without text)")
+            "(1 earlier messages without text)"
+        )
 
     def test_is_the_default(self, settings):
         settings.MEMORY_APP = {}
@@ -62,15 +73,19 @@ class TestExtractive:
 
 
 def test_transcript_renders_tool_calls_and_results_and_skips_system():
-    text = render_transcript([
-        msg(1, "system", "secret prompt"),
-        msg(2, "user", "weather?", name="ada"),
-        msg(3, "assistant", "", tool_calls=[CALL]),
-        msg(4, "tool", "sunny", tool_call_id="call_1"),
-    ])
-    assert text == ('user (ada): weather?\n'
-                    'assistant called tool weather({"city": "Oslo"}) [call_1]\n'
-                    'tool result [call_1]: sunny')
+    text = render_transcript(
+        [
+            msg(1, "system", "secret prompt"),
+            msg(2, "user", "weather?", name="ada"),
+            msg(3, "assistant", "", tool_calls=[CALL]),
+            msg(4, "tool", "sunny", tool_call_id="call_1"),
+        ]
+    )
+    assert text == (
+        "user (ada): weather?\n"
+        'assistant called tool weather({"city": "Oslo"}) [call_1]\n'
+        "tool result [call_1]: sunny"
+    )
 
 
 class TestOpenAI:
@@ -85,11 +100,13 @@ class TestOpenAI:
         assert body["model"] == "test-summarizer" and body["max_tokens"] == 200
         assert body["messages"][0]["role"] == "system"
         assert body["messages"][1]["content"] == (
-            "Current summary:\nAda introduced herself.\n\nNew messages:\nuser: Weather in Oslo?")
+            "Current summary:\nAda introduced herself.\n\nNew messages:\nuser: Weather in Oslo?"
+        )
 
     def test_options_prompt_and_request_options(self, llm_settings, openai_server):
-        s = OpenAISummarizer(model="m2", prompt="Summarize.", max_tokens=None,
-                             request_options={"temperature": 0})
+        s = OpenAISummarizer(
+            model="m2", prompt="Summarize.", max_tokens=None, request_options={"temperature": 0}
+        )
         s.summarize(None, [msg(1, "user", "hi")])
         body = openai_server.requests_to("/chat/completions")[0]["body"]
         assert body["messages"][0] == {"role": "system", "content": "Summarize."}

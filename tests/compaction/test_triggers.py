@@ -71,7 +71,8 @@ def test_a_failing_summarizer_never_fails_the_append(settings, openai_server, ca
     settings.MEMORY_APP = {
         "OPENAI": {"base_url": openai_server.base_url, "api_key": "t", "max_retries": 0},
         "SUMMARIZER": "memory_app.providers.summarizers.OpenAISummarizer",
-        "SUMMARIZE_THRESHOLD_TOKENS": 40, "SUMMARIZE_KEEP_RECENT": 2,
+        "SUMMARIZE_THRESHOLD_TOKENS": 40,
+        "SUMMARIZE_KEEP_RECENT": 2,
     }
     openai_server.fail_next(50, status=500)
     mem = Memory.session("failing", owner=None)
@@ -130,10 +131,13 @@ class TestCommand:
     def test_all_sync_in_a_namespace(self, sessions):
         big, small, other = sessions
         assert self.run("--all", "--namespace", "a", "--sync").strip() == (
-            "2 compacted, 0 skipped (nothing to cover), 0 failed")
+            "2 compacted, 0 skipped (nothing to cover), 0 failed"
+        )
         assert big.latest_snapshot().upto == 8 and small.latest_snapshot().upto == 1
         assert other.snapshots() == []
-        assert self.run("--session", str(other.id), "--sync", "--keep-recent", "5").startswith("1 compacted")
+        assert self.run("--session", str(other.id), "--sync", "--keep-recent", "5").startswith(
+            "1 compacted"
+        )
         assert other.latest_snapshot().upto == 5
 
     def test_sync_runs_until_a_backlog_is_covered(self, sessions, settings):
@@ -157,7 +161,8 @@ class TestCommand:
         settings.MEMORY_APP = {
             "OPENAI": {"base_url": openai_server.base_url, "api_key": "t", "max_retries": 0},
             "SUMMARIZER": "memory_app.providers.summarizers.OpenAISummarizer",
-            "SUMMARIZE_THRESHOLD_TOKENS": None, "SUMMARIZE_KEEP_RECENT": 2,
+            "SUMMARIZE_THRESHOLD_TOKENS": None,
+            "SUMMARIZE_KEEP_RECENT": 2,
         }
         openai_server.fail_next(1)
         with pytest.raises(CommandError, match="1 session"):

@@ -39,7 +39,9 @@ def database_url() -> str:
     return f"postgres://{auth}@{host}{port}/{quote(s['NAME'], safe='')}{query}"
 
 
-def run_example(script: str, *args: str, openai_server, timeout: float = 120) -> subprocess.CompletedProcess:
+def run_example(
+    script: str, *args: str, openai_server, timeout: float = 120
+) -> subprocess.CompletedProcess:
     """Run ``examples/<script>`` in a new Python process against this test's database and server."""
     # No broker: background tasks run eagerly in that process instead of going to a shared queue.
     inherited = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "CELERY_BROKER_URL")}
@@ -54,7 +56,11 @@ def run_example(script: str, *args: str, openai_server, timeout: float = 120) ->
     }
     result = subprocess.run(
         [sys.executable, str(ROOT / "examples" / script), *args],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
     assert result.returncode == 0, f"{script} failed:\n{result.stdout}\n{result.stderr}"
     return result
@@ -71,7 +77,11 @@ class RowLock:
 
     def __init__(self, session_id) -> None:
         self.pk = session_id
-        self.held, self.writer_waits, self.go = threading.Event(), threading.Event(), threading.Event()
+        self.held, self.writer_waits, self.go = (
+            threading.Event(),
+            threading.Event(),
+            threading.Event(),
+        )
         self.fail = False
         self.thread = threading.Thread(target=self._hold, daemon=True)
 
@@ -85,8 +95,10 @@ class RowLock:
                 deadline = time.monotonic() + 10
                 with connection.cursor() as cursor:
                     while not self.writer_waits.is_set() and time.monotonic() < deadline:
-                        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                                       "AND datname = current_database() AND pid <> pg_backend_pid()")
+                        cursor.execute(
+                            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                            "AND datname = current_database() AND pid <> pg_backend_pid()"
+                        )
                         if cursor.fetchone()[0]:
                             self.writer_waits.set()
                         time.sleep(0.01)
@@ -106,7 +118,9 @@ class RowLock:
         self.thread.join(10)
 
     async def wait_until_the_write_waits(self) -> None:
-        assert await asyncio.to_thread(self.writer_waits.wait, 10), "the write never reached the lock"
+        assert await asyncio.to_thread(self.writer_waits.wait, 10), (
+            "the write never reached the lock"
+        )
 
     async def let_it(self, task: asyncio.Future, *, succeed: bool) -> None:
         self.fail = not succeed

@@ -28,30 +28,77 @@ SDK_ITEMS = [
     {"role": "system", "content": "Be brief."},
     {"role": "developer", "content": "Answer in English."},
     {"content": "What is the weather in Oslo?", "role": "user"},
-    {"role": "user", "type": "message", "content": [
-        {"type": "input_text", "text": "And this picture?"},
-        {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo=", "detail": "low"}]},
-    {"id": "rs_1", "type": "reasoning", "summary": [{"type": "summary_text", "text": "Need the tool."}],
-     "encrypted_content": "gAAAAB-opaque", "content": [{"type": "reasoning_text", "text": "think"}]},
-    {"arguments": '{"city": "Oslo"}', "call_id": "call_1", "name": "weather", "type": "function_call",
-     "id": "fc_1", "status": "completed", "provider_data": {"model": "m", "response_id": "r1"}},
-    {"arguments": '{"city": "Bergen"}', "call_id": "call_2", "name": "weather", "type": "function_call"},
+    {
+        "role": "user",
+        "type": "message",
+        "content": [
+            {"type": "input_text", "text": "And this picture?"},
+            {
+                "type": "input_image",
+                "image_url": "data:image/png;base64,iVBORw0KGgo=",
+                "detail": "low",
+            },
+        ],
+    },
+    {
+        "id": "rs_1",
+        "type": "reasoning",
+        "summary": [{"type": "summary_text", "text": "Need the tool."}],
+        "encrypted_content": "gAAAAB-opaque",
+        "content": [{"type": "reasoning_text", "text": "think"}],
+    },
+    {
+        "arguments": '{"city": "Oslo"}',
+        "call_id": "call_1",
+        "name": "weather",
+        "type": "function_call",
+        "id": "fc_1",
+        "status": "completed",
+        "provider_data": {"model": "m", "response_id": "r1"},
+    },
+    {
+        "arguments": '{"city": "Bergen"}',
+        "call_id": "call_2",
+        "name": "weather",
+        "type": "function_call",
+    },
     {"call_id": "call_1", "output": "sunny, 21 °C", "type": "function_call_output"},
-    {"call_id": "call_2", "type": "function_call_output",
-     "output": [{"type": "input_text", "text": "rain"}, {"type": "input_text", "text": "12 °C"}]},
-    {"type": "web_search_call", "id": "ws_1", "status": "completed",
-     "action": {"type": "search", "query": "oslo weather"}},
+    {
+        "call_id": "call_2",
+        "type": "function_call_output",
+        "output": [{"type": "input_text", "text": "rain"}, {"type": "input_text", "text": "12 °C"}],
+    },
+    {
+        "type": "web_search_call",
+        "id": "ws_1",
+        "status": "completed",
+        "action": {"type": "search", "query": "oslo weather"},
+    },
     {"type": "custom_tool_call", "call_id": "call_3", "name": "sql", "input": "SELECT 1"},
     {"type": "custom_tool_call_output", "call_id": "call_3", "output": "1"},
-    {"id": "msg_1", "role": "assistant", "status": "completed", "type": "message", "content": [
-        {"type": "output_text", "text": "Sunny in Oslo, rain in Bergen.", "annotations": [], "logprobs": []},
-        {"type": "refusal", "refusal": "I cannot describe the picture."}]},
+    {
+        "id": "msg_1",
+        "role": "assistant",
+        "status": "completed",
+        "type": "message",
+        "content": [
+            {
+                "type": "output_text",
+                "text": "Sunny in Oslo, rain in Bergen.",
+                "annotations": [],
+                "logprobs": [],
+            },
+            {"type": "refusal", "refusal": "I cannot describe the picture."},
+        ],
+    },
 ]
 
 
 def sdk_model(openai_server) -> OpenAIChatCompletionsModel:
     return OpenAIChatCompletionsModel(
-        model="fake-model", openai_client=AsyncOpenAI(base_url=openai_server.base_url, api_key="test"))
+        model="fake-model",
+        openai_client=AsyncOpenAI(base_url=openai_server.base_url, api_key="test"),
+    )
 
 
 @function_tool
@@ -83,17 +130,47 @@ def test_items_round_trip_losslessly_and_read_as_a_chat_transcript(mem):
         {"role": "user", "content": "What is the weather in Oslo?"},
         {"role": "user", "content": "And this picture?"},
         {"role": "assistant", "content": ""},
-        {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function", "function": {
-            "name": "weather", "arguments": '{"city": "Oslo"}'}}]},
-        {"role": "assistant", "content": None, "tool_calls": [{"id": "call_2", "type": "function", "function": {
-            "name": "weather", "arguments": '{"city": "Bergen"}'}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "weather", "arguments": '{"city": "Oslo"}'},
+                }
+            ],
+        },
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_2",
+                    "type": "function",
+                    "function": {"name": "weather", "arguments": '{"city": "Bergen"}'},
+                }
+            ],
+        },
         {"role": "tool", "tool_call_id": "call_1", "content": "sunny, 21 °C"},
         {"role": "tool", "tool_call_id": "call_2", "content": "rain\n12 °C"},
         {"role": "assistant", "content": ""},
-        {"role": "assistant", "content": None, "tool_calls": [{"id": "call_3", "type": "function", "function": {
-            "name": "sql", "arguments": "SELECT 1"}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_3",
+                    "type": "function",
+                    "function": {"name": "sql", "arguments": "SELECT 1"},
+                }
+            ],
+        },
         {"role": "tool", "tool_call_id": "call_3", "content": "1"},
-        {"role": "assistant", "content": "Sunny in Oslo, rain in Bergen.\nI cannot describe the picture."},
+        {
+            "role": "assistant",
+            "content": "Sunny in Oslo, rain in Bergen.\nI cannot describe the picture.",
+        },
     ]
     # Text already in the message is not stored twice in the kept item.
     assert "output" not in mem.messages()[7].metadata["agents_item"]["item"]
@@ -128,17 +205,33 @@ def test_bad_items_store_nothing(mem):
 
 
 def test_messages_stored_by_other_means_become_items(mem, openai_server):
-    mem.add_many([
-        {"role": "user", "content": "Weather in Oslo?"},
-        {"role": "assistant", "content": "Checking.", "tool_calls": [
-            {"id": "c9", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Oslo"}'}}]},
-        {"role": "tool", "tool_call_id": "c9", "content": "sunny"},
-    ])
+    mem.add_many(
+        [
+            {"role": "user", "content": "Weather in Oslo?"},
+            {
+                "role": "assistant",
+                "content": "Checking.",
+                "tool_calls": [
+                    {
+                        "id": "c9",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": '{"city":"Oslo"}'},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "c9", "content": "sunny"},
+        ]
+    )
     session = MemorySession(mem)
     assert async_to_sync(session.get_items)() == [
         {"role": "user", "content": "Weather in Oslo?"},
         {"role": "assistant", "content": "Checking."},
-        {"type": "function_call", "call_id": "c9", "name": "get_weather", "arguments": '{"city":"Oslo"}'},
+        {
+            "type": "function_call",
+            "call_id": "c9",
+            "name": "get_weather",
+            "arguments": '{"city":"Oslo"}',
+        },
         {"type": "function_call_output", "call_id": "c9", "output": "sunny"},
     ]
     # ... which the SDK accepts as history for its next run.
@@ -152,20 +245,39 @@ def test_messages_stored_by_other_means_become_items(mem, openai_server):
 
 def test_runner_tool_loop_is_stored_losslessly(mem, openai_server):
     openai_server.reply_with(
-        {**tool_call_reply("get_weather", {"city": "Oslo"}, call_id="call_w"), "reasoning_content": "Use the tool."},
+        {
+            **tool_call_reply("get_weather", {"city": "Oslo"}, call_id="call_w"),
+            "reasoning_content": "Use the tool.",
+        },
         "Sunny in Oslo.",
     )
-    agent = Agent(name="a", instructions="Be brief.", model=sdk_model(openai_server), tools=[get_weather])
+    agent = Agent(
+        name="a", instructions="Be brief.", model=sdk_model(openai_server), tools=[get_weather]
+    )
     session = MemorySession(mem)
     result = async_to_sync(Runner.run)(agent, "Weather in Oslo?", session=session)
     assert result.final_output == "Sunny in Oslo."
     items = async_to_sync(session.get_items)()
     assert [i.get("type") or i.get("role") for i in items] == [
-        "user", "reasoning", "function_call", "function_call_output", "message"]
+        "user",
+        "reasoning",
+        "function_call",
+        "function_call_output",
+        "message",
+    ]
     assert items[1]["summary"] == [{"type": "summary_text", "text": "Use the tool."}]
-    assert items[3] == {"call_id": "call_w", "output": "It is sunny and 21 °C in Oslo.",
-                        "type": "function_call_output"}
-    assert [m.role for m in mem.messages()] == ["user", "assistant", "assistant", "tool", "assistant"]
+    assert items[3] == {
+        "call_id": "call_w",
+        "output": "It is sunny and 21 °C in Oslo.",
+        "type": "function_call_output",
+    }
+    assert [m.role for m in mem.messages()] == [
+        "user",
+        "assistant",
+        "assistant",
+        "tool",
+        "assistant",
+    ]
     assert mem.messages()[-1].content == "Sunny in Oslo."
 
 
@@ -173,33 +285,55 @@ def test_runner_tool_loop_is_stored_losslessly(mem, openai_server):
 def test_a_second_process_resumes_the_conversation(openai_server):
     """First turn here, second turn in a new Python process running the example script."""
     session = MemorySession.open("agents-demo", namespace="examples")
-    openai_server.reply_with(tool_call_reply("get_weather", {"city": "Oslo"}, call_id="call_o"),
-                             "Hello Ada, it is sunny in Oslo.")
-    agent = Agent(name="assistant", instructions="x", model=sdk_model(openai_server), tools=[get_weather])
+    openai_server.reply_with(
+        tool_call_reply("get_weather", {"city": "Oslo"}, call_id="call_o"),
+        "Hello Ada, it is sunny in Oslo.",
+    )
+    agent = Agent(
+        name="assistant", instructions="x", model=sdk_model(openai_server), tools=[get_weather]
+    )
     async_to_sync(Runner.run)(agent, "My name is Ada. Weather in Oslo?", session=session)
     first_turn = async_to_sync(session.get_items)()
     assert len(first_turn) == 4
 
     openai_server.requests.clear()
     openai_server.reply_with("Your name is Ada.")
-    out = run_example("agents_session.py", "What is my name?", "--session", "agents-demo",
-                      openai_server=openai_server)
+    out = run_example(
+        "agents_session.py",
+        "What is my name?",
+        "--session",
+        "agents-demo",
+        openai_server=openai_server,
+    )
     assert "Your name is Ada." in out.stdout
 
     # The other process sent this process's history to the model...
     sent = openai_server.requests_to("/chat/completions")[0]["body"]["messages"]
     assert [m.get("content") for m in sent if m["role"] == "user"] == [
-        "My name is Ada. Weather in Oslo?", "What is my name?"]
+        "My name is Ada. Weather in Oslo?",
+        "What is my name?",
+    ]
     assert any(m.get("tool_calls") for m in sent) and any(m["role"] == "tool" for m in sent)
     # ... and stored its own turn after it.
     items = async_to_sync(session.get_items)()
     assert items[:4] == first_turn
     assert items[4:] == [
         {"content": "What is my name?", "role": "user"},
-        {"id": items[5]["id"], "content": [{"annotations": [], "text": "Your name is Ada.",
-                                            "type": "output_text", "logprobs": []}],
-         "role": "assistant", "status": "completed", "type": "message",
-         "provider_data": items[5]["provider_data"]},
+        {
+            "id": items[5]["id"],
+            "content": [
+                {
+                    "annotations": [],
+                    "text": "Your name is Ada.",
+                    "type": "output_text",
+                    "logprobs": [],
+                }
+            ],
+            "role": "assistant",
+            "status": "completed",
+            "type": "message",
+            "provider_data": items[5]["provider_data"],
+        },
     ]
     assert Memory.session("agents-demo", namespace="examples").count() == 6
 
@@ -212,7 +346,12 @@ SUMMARY_START = "Summary of the earlier conversation:\n"
 def summarizing_server(openai_server, settings):
     """The test server answers the agent as "Noted N." and the store's summarizer with a summary."""
     settings.MEMORY_APP = {
-        "OPENAI": {"base_url": openai_server.base_url, "api_key": "test", "max_retries": 0, "timeout": 20},
+        "OPENAI": {
+            "base_url": openai_server.base_url,
+            "api_key": "test",
+            "max_retries": 0,
+            "timeout": 20,
+        },
         "SUMMARIZER": "memory_app.providers.summarizers.OpenAISummarizer",
         "SUMMARIZER_OPTIONS": {"model": "test-summarizer", "max_tokens": 200},
         "SUMMARIZE_THRESHOLD_TOKENS": None,  # only the session's own budget asks for compaction
@@ -231,11 +370,16 @@ def summarizing_server(openai_server, settings):
 
 
 def agent_requests(server) -> list[list[dict]]:
-    return [r["body"]["messages"] for r in server.requests_to("/chat/completions")
-            if r["body"]["model"] == "fake-model"]
+    return [
+        r["body"]["messages"]
+        for r in server.requests_to("/chat/completions")
+        if r["body"]["model"] == "fake-model"
+    ]
 
 
-def test_a_long_runner_conversation_is_summarized_and_the_model_input_stays_bounded(mem, summarizing_server):
+def test_a_long_runner_conversation_is_summarized_and_the_model_input_stays_bounded(
+    mem, summarizing_server
+):
     session = CompactingMemorySession(mem, max_messages=6, keep_recent=2)
     agent = Agent(name="a", instructions="Be brief.", model=sdk_model(summarizing_server))
 
@@ -251,9 +395,16 @@ def test_a_long_runner_conversation_is_summarized_and_the_model_input_stays_boun
     # so the store folds everything but the newest 2 messages into a summary before turn 5.
     assert [len(m) for m in sent[:4]] == [2, 4, 6, 8]
     assert sent[4][0] == {"role": "system", "content": "Be brief."}
-    assert sent[4][1] == {"role": "user", "content": SUMMARY_START + "Ada is planning a trip (summary 1)."}
+    assert sent[4][1] == {
+        "role": "user",
+        "content": SUMMARY_START + "Ada is planning a trip (summary 1).",
+    }
     assert [m["content"] for m in sent[4][2:]] == [
-        "Noted 3.", "Turn 4: tell me about stop 4.", "Noted 5.", "Turn 5: tell me about stop 5."]  # request 4 was the summary
+        "Noted 3.",
+        "Turn 4: tell me about stop 4.",
+        "Noted 5.",
+        "Turn 5: tell me about stop 5.",
+    ]  # request 4 was the summary
     # From then on every request is instructions + summary + at most 6 messages + the new input,
     # however long the conversation grows, and starts with the latest summary.
     for messages in sent[4:]:
@@ -264,9 +415,15 @@ def test_a_long_runner_conversation_is_summarized_and_the_model_input_stays_boun
     assert sent[-1][1]["content"] == SUMMARY_START + latest
     assert sent[-1][-1]["content"] == "Turn 12: tell me about stop 12."
     # The summarizer updated the previous summary with the newly covered messages.
-    last_summarizer_request = [r["body"] for r in summarizing_server.requests_to("/chat/completions")
-                               if r["body"]["model"] == "test-summarizer"][-1]
-    assert "Current summary:\nAda is planning a trip" in last_summarizer_request["messages"][1]["content"]
+    last_summarizer_request = [
+        r["body"]
+        for r in summarizing_server.requests_to("/chat/completions")
+        if r["body"]["model"] == "test-summarizer"
+    ][-1]
+    assert (
+        "Current summary:\nAda is planning a trip"
+        in last_summarizer_request["messages"][1]["content"]
+    )
 
     # The log keeps every item (the admin and the API show the whole conversation) ...
     assert mem.count() == 24
@@ -280,7 +437,9 @@ def test_a_long_runner_conversation_is_summarized_and_the_model_input_stays_boun
     assert async_to_sync(session.get_items)(2) == async_to_sync(MemorySession(mem).get_items)()[-2:]
 
 
-def test_run_compaction_forces_a_summary_and_a_token_budget_bounds_the_window(mem, summarizing_server):
+def test_run_compaction_forces_a_summary_and_a_token_budget_bounds_the_window(
+    mem, summarizing_server
+):
     session = CompactingMemorySession(mem, max_tokens=400, keep_recent=2)
     items = [{"role": "user", "content": f"Message {n} " + "word " * 20} for n in range(1, 7)]
     async_to_sync(session.add_items)(items)
@@ -291,7 +450,9 @@ def test_run_compaction_forces_a_summary_and_a_token_budget_bounds_the_window(me
     snapshot = mem.latest_snapshot()
     assert snapshot.upto == mem.messages()[-3].cursor  # all but keep_recent=2
     assert async_to_sync(session.get_items)() == [
-        {"role": "user", "content": SUMMARY_START + summarizing_server.summaries[-1]}, *items[-2:]]
+        {"role": "user", "content": SUMMARY_START + summarizing_server.summaries[-1]},
+        *items[-2:],
+    ]
     assert mem.count() == 6  # nothing is lost from the log
 
     # Without force, run_compaction (the Runner's hook) only compacts when the window overflows.
@@ -312,6 +473,7 @@ def test_compacting_session_options_are_checked(mem):
         CompactingMemorySession(mem, keep_recent="2")
     with pytest.raises(TypeError, match="^Unknown session settings: limitt$"):
         CompactingMemorySession.open("other", session_settings={"limitt": 1}, max_messages=4)
-    opened = CompactingMemorySession.open(mem.key, owner=mem.session.owner, namespace=mem.namespace,
-                                          max_messages=4, keep_recent=1)
+    opened = CompactingMemorySession.open(
+        mem.key, owner=mem.session.owner, namespace=mem.namespace, max_messages=4, keep_recent=1
+    )
     assert (opened.max_messages, opened.keep_recent, opened.memory.id) == (4, 1, mem.id)

@@ -38,15 +38,25 @@ def test_send_keeps_the_conversation(mem, openai_server):
         chat = Conversation(mem, client, "fake-model", system="Be brief.")
         first = chat.send("I am Ada.")
         second = chat.send("Who am I?", temperature=0)
-    assert (first.reply, second.reply, str(second)) == ("Hello Ada.", "You are Ada.", "You are Ada.")
+    assert (first.reply, second.reply, str(second)) == (
+        "Hello Ada.",
+        "You are Ada.",
+        "You are Ada.",
+    )
     assert first.ok and second.error is None
     assert sent_messages(openai_server) == [
         {"role": "system", "content": "Be brief."},  # sent every time, never stored
-        {"role": "user", "content": "I am Ada."}, {"role": "assistant", "content": "Hello Ada."},
-        {"role": "user", "content": "Who am I?"}]
+        {"role": "user", "content": "I am Ada."},
+        {"role": "assistant", "content": "Hello Ada."},
+        {"role": "user", "content": "Who am I?"},
+    ]
     assert openai_server.requests_to("/chat/completions")[-1]["body"]["temperature"] == 0
-    assert stored(mem) == [("user", "I am Ada."), ("assistant", "Hello Ada."),
-                           ("user", "Who am I?"), ("assistant", "You are Ada.")]
+    assert stored(mem) == [
+        ("user", "I am Ada."),
+        ("assistant", "Hello Ada."),
+        ("user", "Who am I?"),
+        ("assistant", "You are Ada."),
+    ]
     reply = mem.messages()[-1]
     assert reply.metadata["model"] == "fake-model" and reply.metadata["usage"]["total_tokens"] == 2
     assert second.stored[-1] == reply
@@ -58,7 +68,10 @@ def test_context_is_the_window_with_the_snapshot_summary(mem, openai_server):
     with sync_client(openai_server) as client:
         Conversation(mem, client, "fake-model", max_tokens=60).send("What do I like?")
     sent = sent_messages(openai_server)
-    assert sent[0] == {"role": "user", "content": "Summary of the earlier conversation:\nAda likes tea."}
+    assert sent[0] == {
+        "role": "user",
+        "content": "Summary of the earlier conversation:\nAda likes tea.",
+    }
     assert sent[-1] == {"role": "user", "content": "What do I like?"}
     assert "old message number 39" in [m["content"] for m in sent]
     assert "old message number 21" not in [m["content"] for m in sent]  # over the budget
@@ -68,12 +81,17 @@ def test_recall_brings_back_an_old_message_outside_the_window(mem, openai_server
     mem.add({"role": "user", "content": "My cat is called Whiskers."})
     mem.add_many([{"role": "user", "content": f"filler about the weather {i}"} for i in range(80)])
     with sync_client(openai_server) as client:
-        Conversation(mem, client, "fake-model", max_tokens=400, recall_k=2).send("What is my cat called?")
+        Conversation(mem, client, "fake-model", max_tokens=400, recall_k=2).send(
+            "What is my cat called?"
+        )
     sent = sent_messages(openai_server)
     recalled = [m for m in sent if m["role"] == "system"]
     assert len(recalled) == 1 and "Whiskers" in recalled[0]["content"]
     assert "untrusted" in recalled[0]["content"].lower()
-    assert {"role": "user", "content": "My cat is called Whiskers."} not in sent  # not in the window
+    assert {
+        "role": "user",
+        "content": "My cat is called Whiskers.",
+    } not in sent  # not in the window
 
 
 def test_asend(mem, openai_server):
@@ -121,7 +139,10 @@ def test_a_failed_model_call_stores_nothing(mem, openai_server):
 
 def test_a_storage_failure_returns_the_reply_and_persist_stores_it_exactly_once(mem, openai_server):
     openai_server.reply_with(LONG_REPLY)
-    with sync_client(openai_server) as client, override_settings(MEMORY_APP={"MAX_MESSAGE_BYTES": 200}):
+    with (
+        sync_client(openai_server) as client,
+        override_settings(MEMORY_APP={"MAX_MESSAGE_BYTES": 200}),
+    ):
         turn = Conversation(mem, client, "fake-model").send("Tell me a lot.")
     assert turn.reply == LONG_REPLY  # paid for, handed over
     assert isinstance(turn.error, MessageTooLarge) and not turn.ok
@@ -209,7 +230,10 @@ def test_a_stream_cancelled_mid_way_stores_nothing(mem, openai_server):
 
 def test_a_streamed_reply_that_cannot_be_stored_keeps_the_error(mem, openai_server):
     openai_server.reply_with(LONG_REPLY)
-    with sync_client(openai_server) as client, override_settings(MEMORY_APP={"MAX_MESSAGE_BYTES": 200}):
+    with (
+        sync_client(openai_server) as client,
+        override_settings(MEMORY_APP={"MAX_MESSAGE_BYTES": 200}),
+    ):
         turn = Conversation(mem, client, "fake-model").stream("Tell me a lot.")
         assert "".join(turn) == LONG_REPLY
     assert isinstance(turn.error, MessageTooLarge) and mem.count() == 0

@@ -18,5 +18,7 @@ def test_core_and_conversation_load_without_the_frameworks():
         "import memory_app.integrations.langchain\n"
         "assert 'langchain_core' in sys.modules and 'agents' not in sys.modules\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, result.stderr

@@ -1,4 +1,5 @@
-"""One Agents SDK session contract, two stores: our ``MemorySession`` and the SDK's ``SQLiteSession``.
+"""One Agents SDK session contract, two stores: our ``MemorySession`` and the SDK's
+``SQLiteSession``.
 
 Every behaviour test runs against both (``[memory]`` and ``[sqlite]``), so where our store
 differs from the SDK's reference store a pair shows one passing and one failing case.
@@ -31,13 +32,23 @@ def user(text: str) -> dict:
 
 
 def reply(text: str, n: int) -> dict:
-    return {"id": f"msg_{n}", "type": "message", "role": "assistant", "status": "completed",
-            "content": [{"type": "output_text", "text": text, "annotations": []}]}
+    return {
+        "id": f"msg_{n}",
+        "type": "message",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
 
 
-ITEMS = [user("one"), reply("two", 2), user("three"),
-         {"type": "function_call", "call_id": "c4", "name": "look", "arguments": '{"q": 4}'},
-         {"type": "function_call_output", "call_id": "c4", "output": "four"}, reply("five", 5)]
+ITEMS = [
+    user("one"),
+    reply("two", 2),
+    user("three"),
+    {"type": "function_call", "call_id": "c4", "name": "look", "arguments": '{"q": 4}'},
+    {"type": "function_call_output", "call_id": "c4", "output": "four"},
+    reply("five", 5),
+]
 
 STORES = ["memory", "sqlite"]
 
@@ -53,8 +64,9 @@ def store(request, tmp_path):
             opened.append(session)
             return session
         request.getfixturevalue("db")
-        return MemorySession.open(f"contract-{len(opened)}", namespace="contract",
-                                  session_settings=session_settings)
+        return MemorySession.open(
+            f"contract-{len(opened)}", namespace="contract", session_settings=session_settings
+        )
 
     yield make
     for session in opened:
@@ -126,7 +138,8 @@ def test_settings_may_be_given_as_sessionsettings(store):
 
 
 def test_unknown_settings_are_refused_on_sdk_versions_without_sessionsettings(db, monkeypatch):
-    """Older SDK versions the extra allows have no ``SessionSettings``: the stand-in is as strict."""
+    """Older SDK versions the extra allows have no ``SessionSettings``: the stand-in is as
+    strict."""
     monkeypatch.setattr(integration, "SessionSettings", integration._Settings)
     mem = Memory.session("old-sdk", namespace="contract")
     with pytest.raises(TypeError, match=r"^Unknown session settings: limitt$"):
@@ -164,10 +177,17 @@ class SQLiteWriteLock:
 
 
 # Our store's cancellation tests need committed data: the lock is taken by another connection.
-@pytest.fixture(params=[
-    pytest.param("memory", marks=[pytest.mark.postgres, pytest.mark.django_db(transaction=True)]), "sqlite"])
+@pytest.fixture(
+    params=[
+        pytest.param(
+            "memory", marks=[pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+        ),
+        "sqlite",
+    ]
+)
 def locked_store(request, tmp_path):
-    """``(session, lock)``: a session holding ITEMS[:3], and a context manager holding its write lock."""
+    """``(session, lock)``: a session holding ITEMS[:3], and a context manager holding its write
+    lock."""
     if request.param == "sqlite":
         path = tmp_path / "reference.sqlite"
         session = SQLiteSession("contract", db_path=path)

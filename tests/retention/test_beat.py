@@ -23,16 +23,32 @@ def test_beat_runs_the_sweeps_on_a_real_worker(celery_worker, tmp_path):
     kept = make_session(expires_in=dt.timedelta(hours=1)).id
     log = (tmp_path / "beat.log").open("w")
     beat = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "project", "beat", "--loglevel=INFO",
-         "-s", str(tmp_path / "beat-schedule")],
-        cwd=ROOT, env={**celery_worker.env, "MEMORY_BEAT_SECONDS": "1"}, stdout=log,
-        stderr=subprocess.STDOUT, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "project",
+            "beat",
+            "--loglevel=INFO",
+            "-s",
+            str(tmp_path / "beat-schedule"),
+        ],
+        cwd=ROOT,
+        env={**celery_worker.env, "MEMORY_BEAT_SECONDS": "1"},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     log.close()
     try:
-        wait_until(lambda: not Session.objects.filter(pk__in=expired).exists(), 60, 0.2,
-                   f"the expired sessions to go:\n{(tmp_path / 'beat.log').read_text()[-2000:]}"
-                   f"\n{celery_worker.log()[-2000:]}")
+        wait_until(
+            lambda: not Session.objects.filter(pk__in=expired).exists(),
+            60,
+            0.2,
+            f"the expired sessions to go:\n{(tmp_path / 'beat.log').read_text()[-2000:]}"
+            f"\n{celery_worker.log()[-2000:]}",
+        )
         celery_worker.wait_for_log("Task memory_app.prune_expired[")
         celery_worker.wait_for_log("Task memory_app.sweep_summaries[")
         celery_worker.wait_for_log("Task memory_app.sweep_embeddings[")

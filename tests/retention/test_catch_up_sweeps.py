@@ -17,8 +17,11 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def low_threshold(settings):
-    settings.MEMORY_APP = {"SUMMARIZE_THRESHOLD_TOKENS": 30, "SUMMARIZE_KEEP_RECENT": 2,
-                           "IMPORTANCE_SCORER": None}
+    settings.MEMORY_APP = {
+        "SUMMARIZE_THRESHOLD_TOKENS": 30,
+        "SUMMARIZE_KEEP_RECENT": 2,
+        "IMPORTANCE_SCORER": None,
+    }
 
 
 def test_the_summary_sweep_compacts_sessions_over_the_threshold(low_threshold):
@@ -26,8 +29,15 @@ def test_the_summary_sweep_compacts_sessions_over_the_threshold(low_threshold):
     over = [make_session(messages=12) for _ in range(5)]
     under = make_session(messages=2)
     done = tasks.sweep_summaries.delay(batch_size=2).get()
-    assert done == {"checked": 5, "queued": 0, "ran": 5, "pending": 0, "failed": 0, "skipped": 0,
-                    "batches": 3}
+    assert done == {
+        "checked": 5,
+        "queued": 0,
+        "ran": 5,
+        "pending": 0,
+        "failed": 0,
+        "skipped": 0,
+        "batches": 3,
+    }
     for mem in over:
         assert mem.latest_snapshot().upto == 10  # all but the 2 newest
     assert not Snapshot.objects.filter(session_id=under.id).exists()
@@ -38,7 +48,9 @@ def test_the_summary_sweep_compacts_sessions_over_the_threshold(low_threshold):
 
 def test_the_summary_sweep_skips_sessions_with_nothing_to_cover(low_threshold):
     mem = make_session(messages=0)
-    mem.add_many([{"role": "user", "content": "word " * 40}, {"role": "assistant", "content": "ok " * 40}])
+    mem.add_many(
+        [{"role": "user", "content": "word " * 40}, {"role": "assistant", "content": "ok " * 40}]
+    )
     done = retention.sweep_summaries()
     assert (done["checked"], done["skipped"], done["ran"]) == (1, 1, 0)  # only keep_recent left
 
@@ -63,8 +75,12 @@ def test_the_embedding_sweep_embeds_what_is_missing_once(settings):
 def test_without_embed_on_append_the_sweep_embeds_only_remembered_ones(settings):
     settings.MEMORY_APP = {"EMBED_ON_APPEND": False, "IMPORTANCE_SCORER": None}
     mem = make_session(messages=0)
-    mem.add_many([{"role": "user", "content": "plain"},
-                  {"role": "user", "content": "keep this", "remember": True}])
+    mem.add_many(
+        [
+            {"role": "user", "content": "plain"},
+            {"role": "user", "content": "keep this", "remember": True},
+        ]
+    )
     make_session(messages=2)
     done = retention.sweep_embeddings()
     assert (done["sessions"], done["ran"]) == (1, 1)

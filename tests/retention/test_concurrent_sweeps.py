@@ -59,8 +59,10 @@ def run_twice_at_once(sweep, *, watch: str) -> tuple[dict, dict]:
 def test_two_prunes_at_once_split_the_work_and_lose_nothing():
     doomed = {str(make_session(expires_in=-HOUR).id) for _ in range(30)}
     alive = make_session(expires_in=HOUR)
-    results, seen = run_twice_at_once(lambda: retention.prune_expired(batch_size=3),
-                                      watch=f'DELETE FROM "{Session._meta.db_table}"')
+    results, seen = run_twice_at_once(
+        lambda: retention.prune_expired(batch_size=3),
+        watch=f'DELETE FROM "{Session._meta.db_table}"',
+    )
     a, b = (set(seen[name]) & doomed for name in ("a", "b"))
     assert a and b, "both sweeps should have had work"
     assert not a & b, "a session was deleted by both sweeps"
@@ -75,8 +77,10 @@ def test_two_prunes_at_once_split_the_work_and_lose_nothing():
 def test_two_trims_at_once_trim_each_session_once(settings):
     settings.MEMORY_APP = {"RETENTION": {"bounded": {"max_messages": 5}}}
     sessions = [bounded_session() for _ in range(12)]
-    results, seen = run_twice_at_once(lambda: retention.trim_to_policy(batch_size=2),
-                                      watch=f'DELETE FROM "{Message._meta.db_table}"')
+    results, seen = run_twice_at_once(
+        lambda: retention.trim_to_policy(batch_size=2),
+        watch=f'DELETE FROM "{Message._meta.db_table}"',
+    )
     assert results["a"]["sessions"] + results["b"]["sessions"] == 12
     assert results["a"]["messages"] + results["b"]["messages"] == 12 * 8
     assert results["a"]["sessions"] and results["b"]["sessions"]

@@ -29,7 +29,13 @@ def test_prune_expired_deletes_expired_sessions_in_batches():
     embedded = Embedding.objects.filter(session_id__in=[m.id for m in expired]).count()
     assert embedded  # the prune takes vectors along
     done = retention.prune_expired(batch_size=3)
-    assert done == {"sessions": 7, "messages": 14, "snapshots": 0, "embeddings": embedded, "batches": 3}
+    assert done == {
+        "sessions": 7,
+        "messages": 14,
+        "snapshots": 0,
+        "embeddings": embedded,
+        "batches": 3,
+    }
     assert set(Session.objects.values_list("pk", flat=True)) == {m.id for m in alive}
     assert not Message.objects.filter(session_id__in=[m.id for m in expired]).exists()
     assert retention.prune_expired(batch_size=3)["sessions"] == 0  # nothing left: a no-op
@@ -89,22 +95,31 @@ def test_the_beat_tasks_prune_and_report(settings):
         make_session("chat", expires_in=-HOUR)
     done = tasks.apply_retention.delay(batch_size=2).get()
     assert (done["expired"]["sessions"], done["expired"]["batches"]) == (2, 1)
-    assert (done["idle"]["sessions"], done["idle"]["messages"]) == (4, 8)  # 3 chat + 1 ancient other
+    assert (done["idle"]["sessions"], done["idle"]["messages"]) == (
+        4,
+        8,
+    )  # 3 chat + 1 ancient other
     assert done["trimmed"] == {"sessions": 0, "messages": 0, "batches": 0}
     gone = [m.id for m in idle] + [ancient.id]
     assert not Session.objects.filter(pk__in=gone).exists()
     assert Session.objects.filter(pk__in=[m.id for m in kept]).count() == 2
 
 
-# ---- max_messages ---------------------------------------------------------------------------------
+# ---- max_messages ------------------------------------------------------------
+
 
 def bounded_session(namespace: str = "bounded"):
     """14 messages: a system prompt at 1, a remembered one at 4; a snapshot covers 1..10."""
     mem = make_session(namespace, messages=0)
     mem.add({"role": "system", "content": "You are terse."})
     for cursor in range(2, 15):
-        mem.add({"role": "user" if cursor % 2 else "assistant", "content": f"note {cursor}",
-                 "remember": cursor == 4})
+        mem.add(
+            {
+                "role": "user" if cursor % 2 else "assistant",
+                "content": f"note {cursor}",
+                "remember": cursor == 4,
+            }
+        )
     mem.save_snapshot("The first ten notes.", upto=10, prev=None)
     return mem
 
@@ -118,9 +133,11 @@ def counters(mem) -> tuple[int, int]:
 
 
 def test_max_messages_trims_only_covered_non_system_non_remembered(settings):
-    settings.MEMORY_APP = {"RETENTION": {"bounded": {"max_messages": 5}, "roomy": {"max_messages": 10}}}
+    settings.MEMORY_APP = {
+        "RETENTION": {"bounded": {"max_messages": 5}, "roomy": {"max_messages": 10}}
+    }
     tight, roomy = bounded_session("bounded"), bounded_session("roomy")
-    unsummarized = make_session("bounded", messages=12)      # over the bound, no snapshot
+    unsummarized = make_session("bounded", messages=12)  # over the bound, no snapshot
     elsewhere = bounded_session("unbounded")
     done = retention.trim_to_policy(batch_size=2)
     # tight: 9 over the bound, but only 8 messages are covered and prunable

@@ -23,10 +23,18 @@ EMBED = ("memory_app.embed_messages", "memory_app.embed_session")
 @pytest.fixture
 def two_workers(django_db_setup, transactional_db, tmp_path, settings, openai_server):
     run = uuid.uuid4().hex[:12]
-    queues = {"embed": f"memory-test-{run}-embed", "summarize": f"memory-test-{run}-summarize",
-              "maintenance": None}
+    queues = {
+        "embed": f"memory-test-{run}-embed",
+        "summarize": f"memory-test-{run}-summarize",
+        "maintenance": None,
+    }
     memory_app = {
-        "OPENAI": {"base_url": openai_server.base_url, "api_key": "test", "max_retries": 0, "timeout": 20},
+        "OPENAI": {
+            "base_url": openai_server.base_url,
+            "api_key": "test",
+            "max_retries": 0,
+            "timeout": 20,
+        },
         "SUMMARIZER": "memory_app.providers.summarizers.OpenAISummarizer",
         "SUMMARIZER_OPTIONS": {"model": "test-summarizer", "max_tokens": 200},
         "SUMMARIZE_KEEP_RECENT": 2,
@@ -34,9 +42,17 @@ def two_workers(django_db_setup, transactional_db, tmp_path, settings, openai_se
         "IMPORTANCE_SCORER": None,
         "TASK_QUEUES": queues,
     }
-    workers = [CeleryWorker(database=connection.settings_dict, memory_app=memory_app, log_dir=tmp_path,
-                            run=run, consumes=[queues[kind]], name=kind)
-               for kind in ("embed", "summarize")]
+    workers = [
+        CeleryWorker(
+            database=connection.settings_dict,
+            memory_app=memory_app,
+            log_dir=tmp_path,
+            run=run,
+            consumes=[queues[kind]],
+            name=kind,
+        )
+        for kind in ("embed", "summarize")
+    ]
     settings.MEMORY_APP = dict(workers[0].memory_app)
     try:
         yield workers
@@ -47,7 +63,9 @@ def two_workers(django_db_setup, transactional_db, tmp_path, settings, openai_se
 
 
 def lines(worker: CeleryWorker, task: str, state: str) -> list[str]:
-    return [line for line in worker.all_logs().splitlines() if f"Task {task}[" in line and state in line]
+    return [
+        line for line in worker.all_logs().splitlines() if f"Task {task}[" in line and state in line
+    ]
 
 
 def test_two_workers_on_their_own_queues_drain_a_mixed_backlog_once(two_workers, openai_server):
@@ -62,21 +80,37 @@ def test_two_workers_on_their_own_queues_drain_a_mixed_backlog_once(two_workers,
         # The backlog waits on Redis; no worker runs yet. The summarizer starts first: summaries
         # go through while 12 embedding tasks wait on their own queue.
         summarizer.start()
-        wait_until(lambda: len(lines(summarizer, SUMMARIZE, "succeeded")) >= 6, 60, 0.2,
-                   f"six summaries:\n{summarizer.all_logs()[-3000:]}")
+        wait_until(
+            lambda: len(lines(summarizer, SUMMARIZE, "succeeded")) >= 6,
+            60,
+            0.2,
+            f"six summaries:\n{summarizer.all_logs()[-3000:]}",
+        )
         assert Snapshot.objects.count() == 6
         assert not Embedding.objects.exists()
         embedder.start()
-        wait_until(lambda: sum(len(lines(embedder, t, "succeeded")) for t in EMBED) >= 12, 60, 0.2,
-                   f"twelve embedding tasks:\n{embedder.all_logs()[-3000:]}")
+        wait_until(
+            lambda: sum(len(lines(embedder, t, "succeeded")) for t in EMBED) >= 12,
+            60,
+            0.2,
+            f"twelve embedding tasks:\n{embedder.all_logs()[-3000:]}",
+        )
 
     # Each worker ran only its own kind, every task exactly once.
     assert not any(lines(embedder, SUMMARIZE, "received"))
     assert not any(lines(summarizer, t, "received") for t in EMBED)
     assert [len(lines(embedder, t, "received")) for t in EMBED] == [6, 6]
     for task_id in summaries:
-        assert len([line for line in summarizer.all_logs().splitlines()
-                    if f"[{task_id}] succeeded" in line]) == 1
+        assert (
+            len(
+                [
+                    line
+                    for line in summarizer.all_logs().splitlines()
+                    if f"[{task_id}] succeeded" in line
+                ]
+            )
+            == 1
+        )
     # The results: one snapshot per session, one vector per message with text.
     for mem in sessions:
         snapshot = mem.latest_snapshot()

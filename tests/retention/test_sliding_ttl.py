@@ -17,11 +17,13 @@ from memory_app.validation import check_message
 
 pytestmark = pytest.mark.django_db
 
-RETENTION = {"RETENTION": {
-    "support-bot": {"ttl": "14d", "sliding": True},
-    "fixed": {"ttl": "1d"},
-    "*": {"ttl": "2d", "sliding": True},
-}}
+RETENTION = {
+    "RETENTION": {
+        "support-bot": {"ttl": "14d", "sliding": True},
+        "fixed": {"ttl": "1d"},
+        "*": {"ttl": "2d", "sliding": True},
+    }
+}
 DAY = dt.timedelta(days=1)
 
 
@@ -59,8 +61,13 @@ def test_sliding_ttl_moves_on_every_append(settings):
     settings.MEMORY_APP = RETENTION
     mem = Memory.session("chat", namespace="support-bot")
     appended_within(mem, 14 * DAY, lambda: mem.add({"role": "user", "content": "one"}))
-    appended_within(mem, 14 * DAY, lambda: mem.add_many(
-        [{"role": "user", "content": "two"}, {"role": "assistant", "content": "three"}]))
+    appended_within(
+        mem,
+        14 * DAY,
+        lambda: mem.add_many(
+            [{"role": "user", "content": "two"}, {"role": "assistant", "content": "three"}]
+        ),
+    )
     # The "*" entry slides every namespace without an entry of its own ...
     other = Memory.session("chat", namespace="unnamed")
     appended_within(other, 2 * DAY, lambda: other.add({"role": "user", "content": "hi"}))

@@ -23,21 +23,48 @@ def fill_owner(owner, *, sessions: int = 2, prefix: str = "chat") -> list:
     metadata everywhere and, on PostgreSQL, an embedding per message."""
     memories = []
     for i in range(sessions):
-        memory = Memory.create(f"{prefix}-{i}", owner=owner, namespace="bot", title=f"Chat {i}",
-                               metadata={"customer": f"c-{i}"})
-        memory.add_many([
-            {"role": "system", "content": "Be brief."},
-            {"role": "user", "content": f"Weather in Oslo? ({i})", "metadata": {"lang": "en"},
-             "idempotency_key": f"q-{i}"},
-            *tool_turn(f"call_{i}"),
-            {"role": "assistant", "content": [{"type": "text", "text": "Sunny."}], "remember": True},
-        ])
-        memory.save_snapshot(f"Asked about the weather ({i}).", upto=2,
-                             pinned=[{"role": "user", "content": "Task"}], metadata={"by": "test"})
+        memory = Memory.create(
+            f"{prefix}-{i}",
+            owner=owner,
+            namespace="bot",
+            title=f"Chat {i}",
+            metadata={"customer": f"c-{i}"},
+        )
+        memory.add_many(
+            [
+                {"role": "system", "content": "Be brief."},
+                {
+                    "role": "user",
+                    "content": f"Weather in Oslo? ({i})",
+                    "metadata": {"lang": "en"},
+                    "idempotency_key": f"q-{i}",
+                },
+                *tool_turn(f"call_{i}"),
+                {
+                    "role": "assistant",
+                    "content": [{"type": "text", "text": "Sunny."}],
+                    "remember": True,
+                },
+            ]
+        )
+        memory.save_snapshot(
+            f"Asked about the weather ({i}).",
+            upto=2,
+            pinned=[{"role": "user", "content": "Task"}],
+            metadata={"by": "test"},
+        )
         if connection.vendor == "postgresql":
             Embedding.objects.bulk_create(
-                Embedding(message_id=m.id, session_id=memory.id, owner_id=memory.owner_id,
-                          cursor=m.cursor, role=m.role, model="test-model", dimensions=3, vector=[0.1, 0.2, float(m.cursor)])
+                Embedding(
+                    message_id=m.id,
+                    session_id=memory.id,
+                    owner_id=memory.owner_id,
+                    cursor=m.cursor,
+                    role=m.role,
+                    model="test-model",
+                    dimensions=3,
+                    vector=[0.1, 0.2, float(m.cursor)],
+                )
                 for m in memory.messages()
             )
         memories.append(memory)

@@ -29,7 +29,11 @@ def body_routes(memory) -> list[tuple[str, str, dict]]:
         ("post", sessions_url(), {"key": "new"}),
         ("patch", session_url(memory.id), {"title": "renamed"}),
         ("post", session_url(memory.id, "messages"), {"role": "user", "content": "hi"}),
-        ("post", session_url(memory.id, "snapshot"), {"summary": "s", "upto": 4, "prev_version": 1}),
+        (
+            "post",
+            session_url(memory.id, "snapshot"),
+            {"summary": "s", "upto": 4, "prev_version": 1},
+        ),
         ("post", import_url() + "?key=copy", memory.export()),
         ("post", reverse("memory_api:owner-erase"), {"confirm": "erase"}),
     ]
@@ -69,7 +73,9 @@ def test_a_body_over_the_upload_limit_is_413(api, user, target):
 def test_the_default_upload_limit_applies(api, target):
     # Django's default DATA_UPLOAD_MAX_MEMORY_SIZE (2.5 MB), on the busiest route.
     big = json.dumps({"role": "user", "content": "hi", "metadata": {"x": "a" * 3_000_000}})
-    assert_refused(send(api, "post", session_url(target.id, "messages"), big), 413, "request_too_large")
+    assert_refused(
+        send(api, "post", session_url(target.id, "messages"), big), 413, "request_too_large"
+    )
     assert target.count() == 5
 
 
@@ -96,12 +102,20 @@ def nested(levels: int):
     [
         (lambda deep: {"role": "user", "content": "hi", "metadata": {"x": deep}}, "messages"),
         (lambda deep: {"role": "user", "content": "hi", "extra": {"audio": deep}}, "messages"),
-        (lambda deep: {"messages": [{"role": "user", "content": "hi", "metadata": {"x": deep}}]}, "messages"),
+        (
+            lambda deep: {"messages": [{"role": "user", "content": "hi", "metadata": {"x": deep}}]},
+            "messages",
+        ),
         (lambda deep: {"metadata": {"x": deep}}, None),
-        (lambda deep: {"summary": "s", "upto": 4, "prev_version": 1, "metadata": {"x": deep}}, "snapshot"),
+        (
+            lambda deep: {"summary": "s", "upto": 4, "prev_version": 1, "metadata": {"x": deep}},
+            "snapshot",
+        ),
     ],
 )
-def test_json_the_parser_reads_but_nested_beyond_max_json_depth_is_400(api, target, make_body, route):
+def test_json_the_parser_reads_but_nested_beyond_max_json_depth_is_400(
+    api, target, make_body, route
+):
     # 64 levels (MAX_JSON_DEPTH) are fine; 65 are refused with the field at fault.
     url = session_url(target.id, route)
     method = "patch" if route is None else "post"
@@ -131,10 +145,22 @@ def test_the_adapter_refuses_deep_json_with_typed_errors(user, target):
 @pytest.mark.parametrize(
     ("raw", "content_type"),
     [
-        pytest.param('{"role": "user", "content": "café"}'.encode("latin-1"), "application/json", id="latin-1"),
-        pytest.param('{"role": "user", "content": "x"}'.encode("utf-16"), "application/json", id="utf-16"),
-        pytest.param(b'{"role": "user", "content": "\xff\xfe\xfa"}', "application/json", id="invalid bytes"),
-        pytest.param(b'{"role": "user", "content": "\xed\xa0\x80"}', "application/json", id="encoded surrogate"),
+        pytest.param(
+            '{"role": "user", "content": "café"}'.encode("latin-1"),
+            "application/json",
+            id="latin-1",
+        ),
+        pytest.param(
+            '{"role": "user", "content": "x"}'.encode("utf-16"), "application/json", id="utf-16"
+        ),
+        pytest.param(
+            b'{"role": "user", "content": "\xff\xfe\xfa"}', "application/json", id="invalid bytes"
+        ),
+        pytest.param(
+            b'{"role": "user", "content": "\xed\xa0\x80"}',
+            "application/json",
+            id="encoded surrogate",
+        ),
         pytest.param(b"\x00\x01\x02", "application/json", id="binary"),
     ],
 )
@@ -152,8 +178,13 @@ def test_bodies_that_are_not_utf8_are_400(api, target, raw, content_type):
         pytest.param('{"role": "user", "content": "hi"} trailing', id="trailing garbage"),
         pytest.param("{'role': 'user'}", id="single quotes"),
         pytest.param('{"role": "user", "content": "hi", "metadata": {"a": NaN}}', id="NaN"),
-        pytest.param('{"role": "user", "content": "hi", "metadata": {"a": -Infinity}}', id="Infinity"),
-        pytest.param('{"role": "user", "content": "hi", "metadata": {"a": ' + "9" * 5000 + "}}", id="huge integer"),
+        pytest.param(
+            '{"role": "user", "content": "hi", "metadata": {"a": -Infinity}}', id="Infinity"
+        ),
+        pytest.param(
+            '{"role": "user", "content": "hi", "metadata": {"a": ' + "9" * 5000 + "}}",
+            id="huge integer",
+        ),
         pytest.param("", id="empty with a JSON content type"),
         pytest.param("null", id="null"),
         pytest.param('"a string"', id="a string"),
@@ -169,8 +200,15 @@ def test_bodies_that_are_not_usable_json_are_400(api, target, raw):
     assert all_rows() == unchanged
 
 
-@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded",
-                                          "multipart/form-data; boundary=x", "application/xml"])
+@pytest.mark.parametrize(
+    "content_type",
+    [
+        "text/plain",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data; boundary=x",
+        "application/xml",
+    ],
+)
 def test_bodies_that_are_not_json_are_415(api, target, content_type):
     unchanged = all_rows()
     for method, url, _good in body_routes(target):

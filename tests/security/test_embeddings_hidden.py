@@ -36,21 +36,34 @@ def test_no_response_of_any_route_carries_embeddings(api, user, alice_memory):
         "window": api.get(session_url(memory.id, "window")),
         "snapshot": api.get(session_url(memory.id, "snapshot")),
         "export": api.get(session_url(memory.id, "export")),
-        "append": api.post(session_url(memory.id, "messages"), {"role": "user", "content": "x"}, format="json"),
+        "append": api.post(
+            session_url(memory.id, "messages"), {"role": "user", "content": "x"}, format="json"
+        ),
         "patch": api.patch(session_url(memory.id), {"title": "t"}, format="json"),
-        "save snapshot": api.post(session_url(memory.id, "snapshot"),
-                                  {"summary": "s", "upto": 3, "prev_version": 1}, format="json"),
+        "save snapshot": api.post(
+            session_url(memory.id, "snapshot"),
+            {"summary": "s", "upto": 3, "prev_version": 1},
+            format="json",
+        ),
         "import": api.post(import_url() + "?key=copy", exported, format="json"),
         "owner export": api.get(reverse("memory_api:owner-export")),
         "clear": api.post(session_url(alice_memory[1].id, "clear")),
-        "search": api.get(session_url(memory.id, "search"), {"q": "weather Oslo", "scope": "owner"}),
-        "context": api.get(session_url(memory.id, "context"), {"q": "weather Oslo", "max_tokens": 40}),
-        "summarize": api.post(session_url(memory.id, "summarize"), {"keep_recent": 1}, format="json"),
+        "search": api.get(
+            session_url(memory.id, "search"), {"q": "weather Oslo", "scope": "owner"}
+        ),
+        "context": api.get(
+            session_url(memory.id, "context"), {"q": "weather Oslo", "max_tokens": 40}
+        ),
+        "summarize": api.post(
+            session_url(memory.id, "summarize"), {"keep_recent": 1}, format="json"
+        ),
     }
     assert responses["search"].json()["results"], "the search must find something to check"
     for name, response in responses.items():
         assert response.status_code in (200, 201, 202), (name, response.status_code)
-        text = (b"".join(response.streaming_content) if response.streaming else response.content).decode()
+        text = (
+            b"".join(response.streaming_content) if response.streaming else response.content
+        ).decode()
         assert leaks(text) == [], name
         assert "leak-model" not in text, name
 
@@ -71,7 +84,10 @@ def test_the_schema_describes_no_embedding(client):
 
     walk(schema)
     assert "cursor" in properties and "metadata" in properties  # the walk sees the components
-    suspicious = {name: props for name, props in properties.items()
-                  if re.search(r"embed|vector|dimension", name, re.I)}
+    suspicious = {
+        name: props
+        for name, props in properties.items()
+        if re.search(r"embed|vector|dimension", name, re.I)
+    }
     # The one such name is owner/erase/'s count of deleted embeddings: a number, not a vector.
     assert suspicious == {"embeddings": [{"type": "integer", "description": "Embeddings deleted."}]}

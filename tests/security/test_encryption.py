@@ -34,11 +34,24 @@ def conversation() -> list[dict]:
     return [
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": SECRET, "metadata": {"lang": "en"}},
-        {"role": "user", "content": [{"type": "text", "text": f"part: {SECRET}"},
-                                     {"type": "image_url", "image_url": {"url": "https://example.com/card.png"}}]},
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "call_1", "type": "function",
-             "function": {"name": "charge", "arguments": json.dumps({"card": SECRET})}}]},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": f"part: {SECRET}"},
+                {"type": "image_url", "image_url": {"url": "https://example.com/card.png"}},
+            ],
+        },
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "charge", "arguments": json.dumps({"card": SECRET})},
+                }
+            ],
+        },
         {"role": "tool", "tool_call_id": "call_1", "content": f"charged {SECRET}"},
         {"role": "assistant", "content": ""},
     ]
@@ -46,8 +59,11 @@ def conversation() -> list[dict]:
 
 def raw_rows(session_id) -> list[tuple]:
     """The stored columns as the database has them (no decryption)."""
-    return list(Message.objects.filter(session_id=session_id).order_by("seq")
-                .values_list("content", "content_parts", "tool_calls"))
+    return list(
+        Message.objects.filter(session_id=session_id)
+        .order_by("seq")
+        .values_list("content", "content_parts", "tool_calls")
+    )
 
 
 def assert_ciphertext(session_id) -> None:
@@ -68,9 +84,11 @@ def test_content_parts_and_arguments_are_stored_encrypted_and_read_back(user):
         secret = Memory.create("secret", owner=user)
         stored = secret.add_many(conversation())
         assert_ciphertext(secret.id)
+
         # What the adapter returns is the plaintext, as without encryption (ids and times aside).
         def same(ms):
             return [m.as_dict() | {"created_at": None} for m in ms]
+
         assert same(stored) == same(plain.messages())
         assert same(secret.messages()) == same(plain.messages())
         assert same(secret.last(3)) == same(plain.last(3))
@@ -79,9 +97,10 @@ def test_content_parts_and_arguments_are_stored_encrypted_and_read_back(user):
         # Token counts are those of the plaintext.
         assert [m.tokens for m in secret.messages()] == [m.tokens for m in plain.messages()]
         exported = secret.export()
-        assert exported["messages"] == [{**m, "created_at": s["created_at"]}
-                                        for m, s in zip(plain.export()["messages"], exported["messages"],
-                                                        strict=True)]
+        assert exported["messages"] == [
+            {**m, "created_at": s["created_at"]}
+            for m, s in zip(plain.export()["messages"], exported["messages"], strict=True)
+        ]
         assert secret.pop_last().content == ""
 
 
@@ -114,7 +133,9 @@ def test_import_stores_encrypted_and_the_api_answers_plaintext(api, user):
         assert_ciphertext(copy_id)
         body = api.get(session_url(copy_id, "messages")).json()
         assert body["messages"][1]["content"] == SECRET
-        appended = api.post(session_url(copy_id, "messages"), {"role": "user", "content": SECRET}, format="json")
+        appended = api.post(
+            session_url(copy_id, "messages"), {"role": "user", "content": SECRET}, format="json"
+        )
         assert appended.json()["messages"][0]["content"] == SECRET
         window = api.get(session_url(copy_id, "window")).json()
         assert SECRET in json.dumps(window)
@@ -131,7 +152,9 @@ def test_rotation_moves_every_row_to_the_newest_key(user):
         assert memory.get_message(2).content == SECRET
         out = StringIO()
         call_command("memory_rotate_keys", "--batch-size", "4", "--no-progress", stdout=out)
-        assert "Re-encrypted 10 of 12 message(s)" in out.getvalue()  # two empty contents need nothing
+        assert (
+            "Re-encrypted 10 of 12 message(s)" in out.getvalue()
+        )  # two empty contents need nothing
         again = StringIO()
         call_command("memory_rotate_keys", "--no-progress", stdout=again)
         assert "Re-encrypted 0 of 12" in again.getvalue()
@@ -141,7 +164,7 @@ def test_rotation_moves_every_row_to_the_newest_key(user):
         for content, parts, calls in raw_rows(session.id):
             for value in [content, parts, *[c["function"]["arguments"] for c in calls or []]]:
                 if value:
-                    newest.decrypt(value[len(ENCRYPTED_PREFIX):].encode())  # raises if not NEW's
+                    newest.decrypt(value[len(ENCRYPTED_PREFIX) :].encode())  # raises if not NEW's
     with keys(NEW):  # the old key can go
         assert [m.content for m in memory.messages()] == [m.content for m in before.messages()]
         assert memory.get_message(2).content == SECRET
@@ -167,10 +190,24 @@ def test_text_that_looks_encrypted_is_refused(mem, encrypted):
     with keys(*([NEW] if encrypted else [])):
         for message, field in [
             ({"role": "user", "content": ENCRYPTED_PREFIX + "gAAAA"}, "content"),
-            ({"role": "user", "content": [{"type": "text", "text": ENCRYPTED_PREFIX + "x"}]}, "content"),
-            ({"role": "assistant", "content": None, "tool_calls": [
-                {"id": "c", "type": "function", "function": {"name": "f", "arguments": ENCRYPTED_PREFIX}}]},
-             "tool_calls"),
+            (
+                {"role": "user", "content": [{"type": "text", "text": ENCRYPTED_PREFIX + "x"}]},
+                "content",
+            ),
+            (
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": "c",
+                            "type": "function",
+                            "function": {"name": "f", "arguments": ENCRYPTED_PREFIX},
+                        }
+                    ],
+                },
+                "tool_calls",
+            ),
         ]:
             with pytest.raises(InvalidMessage) as err:
                 mem.add(message)
@@ -198,8 +235,12 @@ def test_search_finds_encrypted_messages_by_their_plaintext(user):
     pytest.importorskip("memory_app.services.recall")
     with keys(NEW):
         memory = Memory.create("searchable", owner=user)
-        memory.add_many([{"role": "user", "content": "The quarterly report is due on Friday."},
-                         {"role": "user", "content": "My dog Biscuit loves the beach."}])
+        memory.add_many(
+            [
+                {"role": "user", "content": "The quarterly report is due on Friday."},
+                {"role": "user", "content": "My dog Biscuit loves the beach."},
+            ]
+        )
         memory.embed()
         [top] = memory.search("when is the quarterly report due?", limit=1, mode="vector")
         assert top.message.content == "The quarterly report is due on Friday."
@@ -213,16 +254,19 @@ def test_rotation_covers_the_kept_text_of_pruned_turns(user, django_capture_on_c
         with django_capture_on_commit_callbacks(execute=True):
             memory.add_many([{"role": "user", "content": f"{SECRET} number {i}"} for i in range(4)])
         memory.save_snapshot("summary", upto=3, prune=True)
-        kept = Embedding.objects.filter(session_id=memory.id, message__isnull=True).exclude(content="")
-        assert kept.count() == 3 and all(c.startswith(ENCRYPTED_PREFIX) for c in kept.values_list(
-            "content", flat=True))
+        kept = Embedding.objects.filter(session_id=memory.id, message__isnull=True).exclude(
+            content=""
+        )
+        assert kept.count() == 3 and all(
+            c.startswith(ENCRYPTED_PREFIX) for c in kept.values_list("content", flat=True)
+        )
     with keys(NEW, OLD):
         out = StringIO()
         call_command("memory_rotate_keys", "--no-progress", stdout=out)
         assert "and 3 kept text(s) of pruned turns" in out.getvalue()
     newest = Fernet(NEW)
     for content in kept.values_list("content", flat=True):
-        newest.decrypt(content[len(ENCRYPTED_PREFIX):].encode())  # raises if not NEW's
+        newest.decrypt(content[len(ENCRYPTED_PREFIX) :].encode())  # raises if not NEW's
     with keys(NEW):  # the old key can go: pruned turns are still found
         found = memory.search(f"{SECRET} number 1", limit=4, mode="vector")
         assert any(r.message.content == f"{SECRET} number 1" for r in found)

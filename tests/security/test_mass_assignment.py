@@ -20,15 +20,29 @@ from ..api.conftest import import_url, session_url, sessions_url
 
 pytestmark = pytest.mark.django_db
 
-SERVER_FIELDS = ["id", "owner", "owner_id", "next_seq", "token_count", "tokens_since_snapshot",
-                 "created_at", "updated_at", "has_snapshot"]
+SERVER_FIELDS = [
+    "id",
+    "owner",
+    "owner_id",
+    "next_seq",
+    "token_count",
+    "tokens_since_snapshot",
+    "created_at",
+    "updated_at",
+    "has_snapshot",
+]
 
 
 @pytest.mark.parametrize("field", SERVER_FIELDS)
 def test_create_refuses_server_fields(api, other_user, field):
-    value = {"owner": other_user.pk, "owner_id": other_user.pk, "id": str(uuid.uuid4()),
-             "created_at": "2000-01-01T00:00:00Z", "updated_at": "2000-01-01T00:00:00Z",
-             "has_snapshot": True}.get(field, 10**6)
+    value = {
+        "owner": other_user.pk,
+        "owner_id": other_user.pk,
+        "id": str(uuid.uuid4()),
+        "created_at": "2000-01-01T00:00:00Z",
+        "updated_at": "2000-01-01T00:00:00Z",
+        "has_snapshot": True,
+    }.get(field, 10**6)
     response = api.post(sessions_url(), {"key": "k", field: value}, format="json")
     assert response.status_code == 400
     assert response.json()["field"] == field
@@ -38,14 +52,27 @@ def test_create_refuses_server_fields(api, other_user, field):
 @pytest.mark.parametrize("field", SERVER_FIELDS)
 def test_patch_refuses_server_fields(api, other_user, session, field):
     before = session.export()
-    response = api.patch(session_url(session.id), {"title": "x", field: other_user.pk}, format="json")
+    response = api.patch(
+        session_url(session.id), {"title": "x", field: other_user.pk}, format="json"
+    )
     assert response.status_code == 400
     assert response.json()["field"] == field
     assert session.export() == before
 
 
-MESSAGE_FIELDS = ["cursor", "seq", "id", "tokens", "token_count", "session", "session_id", "owner",
-                  "created_at", "embedding", "vector"]
+MESSAGE_FIELDS = [
+    "cursor",
+    "seq",
+    "id",
+    "tokens",
+    "token_count",
+    "session",
+    "session_id",
+    "owner",
+    "created_at",
+    "embedding",
+    "vector",
+]
 
 
 @pytest.mark.parametrize("field", MESSAGE_FIELDS)
@@ -54,18 +81,40 @@ def test_an_appended_message_cannot_set_store_fields(api, other_user, session, f
     one = api.post(url, {"role": "user", "content": "hi", field: 1}, format="json")
     assert one.status_code == 400
     assert (one.json()["field"], one.json()["code"]) == (field, "invalid_message")
-    batch = api.post(url, {"messages": [{"role": "user", "content": "ok"},
-                                        {"role": "user", "content": "hi", field: 1}]}, format="json")
+    batch = api.post(
+        url,
+        {
+            "messages": [
+                {"role": "user", "content": "ok"},
+                {"role": "user", "content": "hi", field: 1},
+            ]
+        },
+        format="json",
+    )
     assert batch.status_code == 400
     assert (batch.json()["field"], batch.json()["index"]) == (field, 1)
     assert session.count() == 3
 
 
-@pytest.mark.parametrize("field", ["cursor", "tokens", "created_at", "metadata", "remember",
-                                   "idempotency_key", "role", "content"])
+@pytest.mark.parametrize(
+    "field",
+    [
+        "cursor",
+        "tokens",
+        "created_at",
+        "metadata",
+        "remember",
+        "idempotency_key",
+        "role",
+        "content",
+    ],
+)
 def test_extra_cannot_smuggle_store_fields(api, session, field):
-    response = api.post(session_url(session.id, "messages"),
-                        {"role": "user", "content": "hi", "extra": {field: 1}}, format="json")
+    response = api.post(
+        session_url(session.id, "messages"),
+        {"role": "user", "content": "hi", "extra": {field: 1}},
+        format="json",
+    )
     assert response.status_code == 400
     assert response.json()["field"] == "extra"
     assert field in response.json()["detail"]
@@ -73,16 +122,20 @@ def test_extra_cannot_smuggle_store_fields(api, session, field):
 
 
 def test_the_store_sets_cursor_and_tokens_itself(api, session):
-    stored = api.post(session_url(session.id, "messages"), {"role": "user", "content": "Next?"},
-                      format="json").json()["messages"][0]
+    stored = api.post(
+        session_url(session.id, "messages"), {"role": "user", "content": "Next?"}, format="json"
+    ).json()["messages"][0]
     assert stored["cursor"] == 4
     assert stored["tokens"] == count_message({"role": "user", "content": "Next?"})
 
 
 @pytest.mark.parametrize("field", ["session", "session_id", "id", "created_at", "owner"])
 def test_a_snapshot_cannot_set_store_fields(api, other_user, session, field):
-    response = api.post(session_url(session.id, "snapshot"),
-                        {"summary": "s", "upto": 2, field: other_user.pk}, format="json")
+    response = api.post(
+        session_url(session.id, "snapshot"),
+        {"summary": "s", "upto": 2, field: other_user.pk},
+        format="json",
+    )
     assert response.status_code == 400
     assert response.json()["field"] == field
     assert session.latest_snapshot() is None
@@ -92,7 +145,8 @@ def test_an_import_belongs_to_the_importer_whatever_it_claims(api, user, other_u
     bobs = Memory.create("bobs", owner=other_user)
     bobs.add({"role": "user", "content": "Bob's"})
     exported = session.export()
-    # Counters are not export fields: claiming them is refused, naming the field, and stores nothing.
+    # Counters are not export fields: claiming them is refused, naming the field, and stores
+    # nothing.
     claims = {**exported, "session": {**exported["session"], "message_count": 10**6}}
     response = api.post(import_url() + "?key=claimed", claims, format="json")
     assert (response.status_code, response.json()["field"]) == (400, "session.message_count")
@@ -144,8 +198,11 @@ def test_the_largest_importable_cursor_still_takes_appends(api, user, session):
     exported["session"]["next_seq"] = MAX_IMPORTED_CURSOR
     response = api.post(import_url() + "?key=far", exported, format="json")
     assert response.status_code == 201, response.data
-    appended = api.post(session_url(response.json()["id"], "messages"),
-                        {"messages": [{"role": "user", "content": str(i)} for i in range(1000)]}, format="json")
+    appended = api.post(
+        session_url(response.json()["id"], "messages"),
+        {"messages": [{"role": "user", "content": str(i)} for i in range(1000)]},
+        format="json",
+    )
     assert appended.status_code == 201
     assert appended.json()["messages"][-1]["cursor"] == MAX_IMPORTED_CURSOR + 999
 

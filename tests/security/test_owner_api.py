@@ -32,14 +32,27 @@ def test_export_streams_the_requesters_sessions_only(api, user, alice_memory, bo
 
 def test_an_exported_session_imports_through_the_api(api, user, alice_memory):
     body = json.loads(b"".join(api.get(reverse(EXPORT)).streaming_content))
-    response = api.post(reverse("memory_api:session-import") + "?namespace=restored",
-                        body["sessions"][0], format="json")
+    response = api.post(
+        reverse("memory_api:session-import") + "?namespace=restored",
+        body["sessions"][0],
+        format="json",
+    )
     assert response.status_code == 201, response.data
     assert response.json()["message_count"] == 5
 
 
-@pytest.mark.parametrize("body", [None, {}, {"confirm": True}, {"confirm": "yes"}, {"confirm": "ERASE"},
-                                  {"confirm": "erase", "owner": 2}, ["erase"]])
+@pytest.mark.parametrize(
+    "body",
+    [
+        None,
+        {},
+        {"confirm": True},
+        {"confirm": "yes"},
+        {"confirm": "ERASE"},
+        {"confirm": "erase", "owner": 2},
+        ["erase"],
+    ],
+)
 def test_erase_without_the_confirmation_erases_nothing(api, user, alice_memory, body):
     before = owner_rows(user.pk)
     response = api.post(reverse(ERASE), body, format="json")
@@ -48,20 +61,27 @@ def test_erase_without_the_confirmation_erases_nothing(api, user, alice_memory, 
     assert owner_rows(user.pk) == before
 
 
-def test_erase_removes_every_row_of_the_requester_and_nothing_else(api, user, other_user, alice_memory,
-                                                                   bob_memory):
+def test_erase_removes_every_row_of_the_requester_and_nothing_else(
+    api, user, other_user, alice_memory, bob_memory
+):
     expected = owner_rows(user.pk)
     others = everything_but(user.pk)
     response = api.post(reverse(ERASE), {"confirm": "erase"}, format="json")
     assert response.status_code == 200, response.data
-    assert response.json() == {"sessions": 2, "messages": 10, "snapshots": 2,
-                               "embeddings": expected.get("Embedding", 0)}
+    assert response.json() == {
+        "sessions": 2,
+        "messages": 10,
+        "snapshots": 2,
+        "embeddings": expected.get("Embedding", 0),
+    }
     assert owner_rows(user.pk) == dict.fromkeys(expected, 0)
     assert everything_but(user.pk) == others
     assert api.get(reverse("memory_api:session-list")).json()["results"] == []
 
 
-@override_settings(MEMORY_APP={"API_PERMISSION_CLASSES": ["memory_app.api.permissions.StaffSeesAllOwners"]})
+@override_settings(
+    MEMORY_APP={"API_PERMISSION_CLASSES": ["memory_app.api.permissions.StaffSeesAllOwners"]}
+)
 def test_staff_erase_only_their_own_memory(make_user, user, alice_memory):
     staff = make_user("root", is_staff=True)
     Memory.create("staff-own", owner=staff)
@@ -75,7 +95,10 @@ def test_staff_erase_only_their_own_memory(make_user, user, alice_memory):
 def test_anonymous_requests_are_refused(db, alice_memory, user):
     anonymous = APIClient()
     assert anonymous.get(reverse(EXPORT)).status_code in (401, 403)
-    assert anonymous.post(reverse(ERASE), {"confirm": "erase"}, format="json").status_code in (401, 403)
+    assert anonymous.post(reverse(ERASE), {"confirm": "erase"}, format="json").status_code in (
+        401,
+        403,
+    )
     assert owner_rows(user.pk)["Session"] == 2
 
 

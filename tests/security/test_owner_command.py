@@ -48,8 +48,14 @@ def test_erase_with_yes_leaves_nothing_of_the_owner(user, other_user, alice_memo
     assert owner_rows(other_user.pk)["Message"] == 10
 
 
-@pytest.mark.parametrize("args", [("erase", "nobody", "--yes"), ("export", "nobody", "--out", "-"),
-                                  ("erase", "x", "--id", "--yes")])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("erase", "nobody", "--yes"),
+        ("export", "nobody", "--out", "-"),
+        ("erase", "x", "--id", "--yes"),
+    ],
+)
 def test_an_unknown_user_is_an_error(db, args):
     with pytest.raises(CommandError, match="no user"):
         run(*args)

@@ -51,13 +51,17 @@ def _whose(owner_id) -> dict:
 
 
 def owner_rows(owner_id) -> dict[str, int]:
-    return {model.__name__: model.objects.filter(q).count() for model, q in _whose(owner_id).items()}
+    return {
+        model.__name__: model.objects.filter(q).count() for model, q in _whose(owner_id).items()
+    }
 
 
 def everything_but(owner_id) -> dict[str, str]:
     """Every row of every memory_app table that does not belong to ``owner_id``, as text."""
-    return {model.__name__: repr(list(model.objects.exclude(q).order_by("pk").values_list()))
-            for model, q in _whose(owner_id).items()}
+    return {
+        model.__name__: repr(list(model.objects.exclude(q).order_by("pk").values_list()))
+        for model, q in _whose(owner_id).items()
+    }
 
 
 def all_rows() -> dict[str, str]:
@@ -65,8 +69,9 @@ def all_rows() -> dict[str, str]:
     return everything_but(-1)
 
 
-def test_erase_leaves_zero_rows_of_the_owner_and_touches_nobody_else(user, other_user,
-                                                                     alice_memory, bob_memory):
+def test_erase_leaves_zero_rows_of_the_owner_and_touches_nobody_else(
+    user, other_user, alice_memory, bob_memory
+):
     Memory.create("service", owner=None).add({"role": "user", "content": "ownerless"})
     before = owner_rows(user.pk)
     assert before["Session"] == 2 and before["Message"] == 10 and before["Snapshot"] == 2
@@ -76,8 +81,12 @@ def test_erase_leaves_zero_rows_of_the_owner_and_touches_nobody_else(user, other
 
     assert owner_rows(user.pk) == dict.fromkeys(before, 0)
     assert everything_but(user.pk) == others
-    assert erased.as_dict() == {"sessions": 2, "messages": 10, "snapshots": 2,
-                                "embeddings": before.get("Embedding", 0)}
+    assert erased.as_dict() == {
+        "sessions": 2,
+        "messages": 10,
+        "snapshots": 2,
+        "embeddings": before.get("Embedding", 0),
+    }
     assert get_user_model().objects.filter(pk=user.pk).exists()  # the user stays; only memory goes
     # Erasing again finds nothing, and the owner can start afresh.
     assert Memory.erase_owner(user.pk).as_dict() == dict.fromkeys(erased.as_dict(), 0)
@@ -149,11 +158,16 @@ def test_delete_of_a_deleted_session_is_harmless(user):
 
 # -- export -------------------------------------------------------------------------------------
 
-def test_export_owner_holds_every_session_of_the_owner_and_nothing_else(user, other_user,
-                                                                        alice_memory, bob_memory):
+
+def test_export_owner_holds_every_session_of_the_owner_and_nothing_else(
+    user, other_user, alice_memory, bob_memory
+):
     exported = Memory.export_owner(user)
-    assert (exported["format"], exported["version"], exported["owner"]) == \
-        ("memory_app.owner", 1, {"id": user.pk})
+    assert (exported["format"], exported["version"], exported["owner"]) == (
+        "memory_app.owner",
+        1,
+        {"id": user.pk},
+    )
     assert [s["session"]["key"] for s in exported["sessions"]] == ["chat-0", "chat-1"]
     # Each session is exactly what SessionMemory.export() gives.
     assert exported["sessions"] == [m.export() for m in alice_memory]
@@ -167,8 +181,9 @@ def test_streamed_export_equals_the_export_at_any_batch_size(user, alice_memory)
         chunks = list(Memory.iter_owner_export(user, batch_size=batch_size))
         streamed = json.loads("".join(chunks))
         assert streamed | {"exported_at": None} == whole | {"exported_at": None}
-    assert len(list(Memory.iter_owner_export(user, batch_size=1))) > \
-        len(list(Memory.iter_owner_export(user, batch_size=1000)))
+    assert len(list(Memory.iter_owner_export(user, batch_size=1))) > len(
+        list(Memory.iter_owner_export(user, batch_size=1000))
+    )
 
 
 def test_an_owner_export_restores_session_by_session(user, other_user, alice_memory):
@@ -179,8 +194,10 @@ def test_an_owner_export_restores_session_by_session(user, other_user, alice_mem
 
     def comparable(export: dict) -> list:
         # A restored session has a new id and is updated now; everything else is as it was.
-        return [{**s, "session": {**s["session"], "id": None, "updated_at": None}}
-                for s in export["sessions"]]
+        return [
+            {**s, "session": {**s["session"], "id": None, "updated_at": None}}
+            for s in export["sessions"]
+        ]
 
     assert comparable(Memory.export_owner(user)) == comparable(exported)
 
@@ -190,6 +207,7 @@ def test_an_empty_owner_exports_no_sessions(other_user):
 
 
 # -- concurrency ---------------------------------------------------------------------------------
+
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
@@ -205,6 +223,7 @@ def test_an_append_racing_an_erase_is_erased_or_refused(make_user):
             if table == "embeddings":  # the sessions are locked by now
                 erasing.set()
                 release.wait(10)
+
         try:
             outcome["erased"] = Memory.erase_owner(owner, progress=pause)
         finally:

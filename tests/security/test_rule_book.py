@@ -507,7 +507,8 @@ def assert_4xx(
     )
     if status is not None:
         assert response.status_code == status, (
-            f"{where_(entry, case)}: answered {response.status_code}, expected {status}: {body_text!r}"
+            f"{where_(entry, case)}: answered {response.status_code}, expected {status}: "
+            f"{body_text!r}"
         )
     content_type = response.get("Content-Type", "")
     assert content_type.startswith("application/json"), (
@@ -555,7 +556,8 @@ def assert_readable(world: World, what: str) -> None:
         for route, query in (("window", ""), ("context", "?q=x&max_tokens=500")):
             response = client.get(session_url(session.pk, route) + query)
             assert response.status_code == 200, (
-                f"{what}: API {route}/ of {session.key} is {response.status_code}: {response.content[:200]!r}"
+                f"{what}: API {route}/ of {session.key} is {response.status_code}: "
+                f"{response.content[:200]!r}"
             )
 
 
@@ -1118,7 +1120,8 @@ def test_a_provider_outage_during_recall_is_retryable(world, settings, entry):
             route = entry[len("api.") :].rstrip("/")
             response = world.api.get(session_url(world.mine.id, route), {"q": "weather"})
             assert response.status_code == 503, (
-                f"{entry} with {OUTAGE.id}: answered {response.status_code}: {response.content[:200]!r}"
+                f"{entry} with {OUTAGE.id}: answered {response.status_code}: "
+                f"{response.content[:200]!r}"
             )
             assert response.get("Retry-After"), f"{entry} with {OUTAGE.id}: 503 without Retry-After"
             assert response.json().get("code"), f"{entry} with {OUTAGE.id}: no code"
@@ -1459,7 +1462,7 @@ def test_agents_session_refuses_hostile_items(world, entry, case):
     assert_unchanged_and_readable(world, before, entry, case)
 
 
-# ---- the table itself ------------------------------------------------------------------------------
+# ---- the table itself ------------------------------------------------------------
 def test_every_defect_of_the_issue_is_a_case():
     ids = {(c.kind, c.id) for c in HOSTILE}
     for needed in [

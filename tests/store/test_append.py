@@ -12,7 +12,9 @@ from tests.conftest import tool_turn
 
 def test_cursors_are_gapless_across_single_and_batch_appends(mem):
     first = mem.add({"role": "user", "content": "one"})
-    batch = mem.add_many([{"role": "assistant", "content": "two"}, {"role": "user", "content": "three"}])
+    batch = mem.add_many(
+        [{"role": "assistant", "content": "two"}, {"role": "user", "content": "three"}]
+    )
     last = mem.add({"role": "assistant", "content": "four"})
     assert [first.cursor, *(m.cursor for m in batch), last.cursor] == [1, 2, 3, 4]
     assert [m.content for m in mem.messages()] == ["one", "two", "three", "four"]
@@ -22,13 +24,18 @@ def test_cursors_are_gapless_across_single_and_batch_appends(mem):
 
 def test_stored_message_keeps_every_openai_field(mem):
     call, result = tool_turn("call_9")
-    parts = [{"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": "https://x/y.png"}}]
-    stored = mem.add_many([
-        {"role": "user", "content": parts, "name": "ada", "metadata": {"lang": "en"}},
-        call,
-        result,
-        {"role": "assistant", "content": "", "extra": {"refusal": "no"}},
-    ])
+    parts = [
+        {"type": "text", "text": "look"},
+        {"type": "image_url", "image_url": {"url": "https://x/y.png"}},
+    ]
+    stored = mem.add_many(
+        [
+            {"role": "user", "content": parts, "name": "ada", "metadata": {"lang": "en"}},
+            call,
+            result,
+            {"role": "assistant", "content": "", "extra": {"refusal": "no"}},
+        ]
+    )
     assert stored[0].as_openai() == {"role": "user", "content": parts, "name": "ada"}
     assert stored[0].content == "look" and stored[0].metadata == {"lang": "en"}
     assert stored[1].as_openai() == call
@@ -58,9 +65,18 @@ def test_token_count_is_cached_and_counted_on_session(mem):
         ({"role": "user", "content": "x", "tool_call_id": "c"}, "tool_call_id"),
         ({"role": "user", "content": "x", "tool_calls": [{"id": "c"}]}, "tool_calls"),
         ({"role": "assistant", "content": None, "tool_calls": "call"}, "tool_calls"),
-        ({"role": "assistant", "content": None, "tool_calls": [{"id": "c", "function": {}}]}, "tool_calls"),
-        ({"role": "assistant", "content": None,
-          "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": {"a": 1}}}]}, "tool_calls"),
+        (
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "c", "function": {}}]},
+            "tool_calls",
+        ),
+        (
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": {"a": 1}}}],
+            },
+            "tool_calls",
+        ),
         ({"role": "assistant", "content": None}, "content"),
         ({"role": "user", "content": "x", "name": 7}, "name"),
         ({"role": "user", "content": "x", "metadata": []}, "metadata"),
@@ -104,15 +120,21 @@ def test_idempotency_key_returns_the_original(mem):
     original = mem.add({"role": "user", "content": "pay 10 EUR", "idempotency_key": "req-1"})
     retried = mem.add({"role": "user", "content": "pay 10 EUR", "idempotency_key": "req-1"})
     assert retried == original
-    batch = mem.add_many([
-        {"role": "user", "content": "pay 10 EUR", "idempotency_key": "req-1"},
-        {"role": "user", "content": "new", "idempotency_key": "req-2"},
-    ])
+    batch = mem.add_many(
+        [
+            {"role": "user", "content": "pay 10 EUR", "idempotency_key": "req-1"},
+            {"role": "user", "content": "new", "idempotency_key": "req-2"},
+        ]
+    )
     assert batch[0] == original and batch[1].cursor == 2
     assert mem.count() == 2 and mem.add({"role": "user", "content": "x"}).cursor == 3
     with pytest.raises(InvalidMessage, match="repeated"):
-        mem.add_many([{"role": "user", "content": "a", "idempotency_key": "k"},
-                      {"role": "user", "content": "b", "idempotency_key": "k"}])
+        mem.add_many(
+            [
+                {"role": "user", "content": "a", "idempotency_key": "k"},
+                {"role": "user", "content": "b", "idempotency_key": "k"},
+            ]
+        )
 
 
 def test_idempotency_keys_are_per_session(mem, user):
@@ -130,7 +152,9 @@ def test_append_to_deleted_session_raises(mem):
 
 
 def test_a_message_read_back_can_be_stored_or_pinned_again(mem):
-    stored = mem.add({"role": "assistant", "content": "", "extra": {"refusal": "I can't help with that."}})
+    stored = mem.add(
+        {"role": "assistant", "content": "", "extra": {"refusal": "I can't help with that."}}
+    )
     again = stored.as_openai()
     assert again == {"role": "assistant", "content": "", "refusal": "I can't help with that."}
     copy = mem.add(again)  # OpenAI's own fields are accepted at the top level, kept in extra

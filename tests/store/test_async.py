@@ -24,7 +24,9 @@ async def close_thread_connections():
 async def scenario(owner):
     mem = await Memory.asession("async", owner=owner)
     first = await mem.aadd({"role": "user", "content": "hi"})
-    batch = await mem.aadd_many([{"role": "assistant", "content": "hello"}, {"role": "user", "content": "bye"}])
+    batch = await mem.aadd_many(
+        [{"role": "assistant", "content": "hello"}, {"role": "user", "content": "bye"}]
+    )
     assert [first.cursor, *(m.cursor for m in batch)] == [1, 2, 3]
     assert [m.content for m in await mem.amessages(after=1)] == ["hello", "bye"]
     assert [m.cursor for m in await mem.alast(1)] == [3]

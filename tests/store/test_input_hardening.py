@@ -32,11 +32,22 @@ pytestmark = pytest.mark.django_db
         ({"role": "user", "content": "hi", "metadata": {"k\x00": 1}}, "metadata"),
         ({"role": "user", "content": "hi", "metadata": {"k": float("nan")}}, "metadata"),
         ({"role": "user", "content": "bad \ud800 surrogate"}, "content"),
-        ({"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x\x00"}}]}, "content"),
+        (
+            {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x\x00"}}]},
+            "content",
+        ),
         ({"role": "tool", "content": "ok", "tool_call_id": "c\x00"}, "tool_call_id"),
         ({"role": "user", "content": "hi", "idempotency_key": "k\x00"}, "idempotency_key"),
-        ({"role": "assistant", "content": None, "tool_calls": [
-            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "\x00"}}]}, "tool_calls"),
+        (
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "\x00"}}
+                ],
+            },
+            "tool_calls",
+        ),
     ],
 )
 def test_unstorable_text_is_refused_with_the_field(mem, message, field):
@@ -125,8 +136,13 @@ def test_info_and_sessions_queryset(user, other_user):
 
 @pytest.fixture
 def export(mem):
-    mem.add_many([{"role": "user", "content": "one", "idempotency_key": "k1"},
-                  {"role": "assistant", "content": "two"}, {"role": "user", "content": "three"}])
+    mem.add_many(
+        [
+            {"role": "user", "content": "one", "idempotency_key": "k1"},
+            {"role": "assistant", "content": "two"},
+            {"role": "user", "content": "three"},
+        ]
+    )
     mem.save_snapshot("first two", upto=2)
     return mem.export()
 
@@ -203,8 +219,15 @@ def test_unhashable_roles_and_part_types_are_invalid_messages(mem, message, fiel
 
 @pytest.mark.parametrize(
     ("optional", "wrong"),
-    [("name", 0), ("name", []), ("metadata", []), ("metadata", ""), ("extra", ""), ("extra", []),
-     ("tool_call_id", 0)],
+    [
+        ("name", 0),
+        ("name", []),
+        ("metadata", []),
+        ("metadata", ""),
+        ("extra", ""),
+        ("extra", []),
+        ("tool_call_id", 0),
+    ],
 )
 def test_optional_fields_are_null_or_their_type(mem, optional, wrong):
     with pytest.raises(InvalidMessage) as caught:

@@ -18,16 +18,35 @@ from tests.conftest import tool_turn
 MIXED = [
     {"role": "system", "content": "You are terse."},
     {"role": "user", "content": "Größe? 東京 🙂", "name": "alice", "metadata": {"lang": "de"}},
-    {"role": "user", "content": [{"type": "text", "text": "look"},
-                                 {"type": "image_url", "image_url": {"url": "https://x.test/a.png"}}]},
+    {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "look"},
+            {"type": "image_url", "image_url": {"url": "https://x.test/a.png"}},
+        ],
+    },
     *tool_turn("call_a"),
     {"role": "assistant", "content": "Sunny.", "extra": {"refusal": None}, "remember": True},
 ]
 
 
 def stored_fields(m):
-    return (m.cursor, m.role, m.content, m.content_parts, m.name, m.tool_calls, m.tool_call_id,
-            m.extra, m.metadata, m.tokens, m.remember, m.idempotency_key, m.id, m.created_at)
+    return (
+        m.cursor,
+        m.role,
+        m.content,
+        m.content_parts,
+        m.name,
+        m.tool_calls,
+        m.tool_call_id,
+        m.extra,
+        m.metadata,
+        m.tokens,
+        m.remember,
+        m.idempotency_key,
+        m.id,
+        m.created_at,
+    )
 
 
 def test_append_returns_exactly_what_is_stored(mem):
@@ -66,8 +85,12 @@ def test_idempotent_append_returns_the_original(mem):
     first = mem.add({"role": "user", "content": "pay", "idempotency_key": "k1"})
     again = mem.add({"role": "user", "content": "pay", "idempotency_key": "k1"})
     assert stored_fields(again) == stored_fields(first)
-    batch = mem.add_many([{"role": "user", "content": "x", "idempotency_key": "k2"},
-                          {"role": "user", "content": "pay", "idempotency_key": "k1"}])
+    batch = mem.add_many(
+        [
+            {"role": "user", "content": "x", "idempotency_key": "k2"},
+            {"role": "user", "content": "pay", "idempotency_key": "k1"},
+        ]
+    )
     assert [m.cursor for m in batch] == [2, 1]
     assert mem.count() == 2
 
@@ -75,7 +98,9 @@ def test_idempotent_append_returns_the_original(mem):
 def test_window_keeps_system_snapshot_and_whole_tool_groups(mem):
     mem.add({"role": "system", "content": "rules"})
     mem.add_many([{"role": "user", "content": f"early {i}"} for i in range(5)])
-    snap = mem.save_snapshot("they said hello", upto=6, pinned=[{"role": "user", "content": "task"}])
+    snap = mem.save_snapshot(
+        "they said hello", upto=6, pinned=[{"role": "user", "content": "task"}]
+    )
     mem.add_many([{"role": "user", "content": f"later {i}"} for i in range(4)] + tool_turn("c9"))
     window = mem.window()
     assert window.snapshot_version == snap.version

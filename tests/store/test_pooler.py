@@ -33,8 +33,14 @@ def session_state() -> dict:
                    (SELECT count(*) FROM pg_cursors),
                    current_setting('transaction_isolation')""")
         ef, scan, tuples, locks, cursors, isolation = cursor.fetchone()
-    return {"ef_search": ef, "iterative_scan": scan, "max_scan_tuples": tuples,
-            "advisory_locks": locks, "open_cursors": cursors, "isolation": isolation}
+    return {
+        "ef_search": ef,
+        "iterative_scan": scan,
+        "max_scan_tuples": tuples,
+        "advisory_locks": locks,
+        "open_cursors": cursors,
+        "isolation": isolation,
+    }
 
 
 @pytest.mark.django_db(transaction=True)
@@ -86,8 +92,14 @@ def test_this_run_goes_through_pgbouncer_in_transaction_mode(user):
         assert cursor.fetchone()[0] == 0
 
     # PgBouncer's admin console names the pool this run's test database uses.
-    console = psycopg.connect(host=settings["HOST"], port=settings["PORT"], user=settings["USER"],
-                              dbname="pgbouncer", autocommit=True, prepare_threshold=None)
+    console = psycopg.connect(
+        host=settings["HOST"],
+        port=settings["PORT"],
+        user=settings["USER"],
+        dbname="pgbouncer",
+        autocommit=True,
+        prepare_threshold=None,
+    )
     with console, console.cursor() as cursor:
         cursor.execute("SHOW POOLS")
         columns = [c.name for c in cursor.description]

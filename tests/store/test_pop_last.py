@@ -13,8 +13,9 @@ def counters(mem):
 
 def test_pop_returns_the_newest_and_never_reuses_its_cursor(mem):
     assert mem.pop_last() is None  # empty log
-    first, second = mem.add_many([{"role": "user", "content": "keep me"},
-                                  {"role": "assistant", "content": "pop me"}])
+    first, second = mem.add_many(
+        [{"role": "user", "content": "keep me"}, {"role": "assistant", "content": "pop me"}]
+    )
     popped = mem.pop_last()
     assert (popped.cursor, popped.content) == (second.cursor, "pop me")
     assert [m.content for m in mem.messages()] == ["keep me"]
@@ -26,7 +27,9 @@ def test_pop_returns_the_newest_and_never_reuses_its_cursor(mem):
 
 
 def test_pop_below_a_snapshot_leaves_the_tokens_after_it_alone(mem):
-    a, b = mem.add_many([{"role": "user", "content": "one two"}, {"role": "user", "content": "three"}])
+    a, b = mem.add_many(
+        [{"role": "user", "content": "one two"}, {"role": "user", "content": "three"}]
+    )
     mem.save_snapshot("summary", upto=b.cursor)
     assert counters(mem)[2] == 0
     assert mem.pop_last().cursor == b.cursor

@@ -55,13 +55,20 @@ def test_sessions_listing_newest_first_with_snapshot_flag(db, user, other_user):
     listing = Memory.sessions(owner=user)
     assert [s.key for s in listing] == ["old", "new"]
     assert [(s.title, s.message_count, s.has_snapshot) for s in listing] == [
-        ("Old chat", 1, True), ("New chat", 1, False)]
+        ("Old chat", 1, True),
+        ("New chat", 1, False),
+    ]
     assert Memory.sessions(owner=user, namespace="elsewhere") == []
 
 
 def test_invalid_session_fields(db):
-    for kwargs in ({"key": ""}, {"key": "x" * 256}, {"key": "k", "namespace": ""},
-                   {"key": "k", "metadata": [1]}, {"key": "k", "title": 5}):
+    for kwargs in (
+        {"key": ""},
+        {"key": "x" * 256},
+        {"key": "k", "namespace": ""},
+        {"key": "k", "metadata": [1]},
+        {"key": "k", "title": 5},
+    ):
         with pytest.raises(InvalidSession):
             Memory.session(**kwargs)
 
@@ -83,8 +90,15 @@ def test_clear_removes_everything_but_cursors_never_repeat(mem):
     stored = mem.add_many([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}])
     mem.save_snapshot("s", upto=1, prev=None)
     mem.set_meta("k", "v")
-    Embedding.objects.create(message_id=stored[0].id, session_id=mem.id, cursor=stored[0].cursor,
-                             role=stored[0].role, model="m", dimensions=3, vector=[1, 0, 0])
+    Embedding.objects.create(
+        message_id=stored[0].id,
+        session_id=mem.id,
+        cursor=stored[0].cursor,
+        role=stored[0].role,
+        model="m",
+        dimensions=3,
+        vector=[1, 0, 0],
+    )
     mem.clear()
     assert mem.messages() == [] and mem.latest_snapshot() is None and mem.meta == {}
     assert not Embedding.objects.exists()
@@ -98,7 +112,11 @@ def test_delete_session_and_owner_cascade(db, make_user):
     mem.add({"role": "user", "content": "x"})
     mem.save_snapshot("s", upto=1, prev=None)
     owner.delete()
-    assert not Session.objects.exists() and not Message.objects.exists() and not Snapshot.objects.exists()
+    assert (
+        not Session.objects.exists()
+        and not Message.objects.exists()
+        and not Snapshot.objects.exists()
+    )
     other = Memory.session("k2")
     other.delete()
     assert not Session.objects.exists()

@@ -31,11 +31,21 @@ def test_system_messages_are_always_kept_and_not_counted(mem):
     mem.add_many([user(f"later {i}") for i in range(3)])
     window = mem.window(max_messages=2)
     assert [m["content"] for m in window] == [
-        "You are terse.", "Answer in French from now on.", "later 1", "later 2"]
+        "You are terse.",
+        "Answer in French from now on.",
+        "later 1",
+        "later 2",
+    ]
     # A system message inside the kept range stays in its place.
     wide = mem.window(max_messages=4)
     assert [m["content"] for m in wide] == [
-        "You are terse.", "question 4", "Answer in French from now on.", "later 0", "later 1", "later 2"]
+        "You are terse.",
+        "question 4",
+        "Answer in French from now on.",
+        "later 0",
+        "later 1",
+        "later 2",
+    ]
 
 
 def test_token_budget_counts_everything_but_system(mem):
@@ -51,20 +61,45 @@ def test_token_budget_counts_everything_but_system(mem):
 
 def test_tool_call_and_results_are_kept_or_dropped_together(mem):
     mem.add(user("weather in Oslo and Bergen?"))
-    call = {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "a", "type": "function", "function": {"name": "weather", "arguments": '{"city":"Oslo"}'}},
-        {"id": "b", "type": "function", "function": {"name": "weather", "arguments": '{"city":"Bergen"}'}}]}
-    results = [{"role": "tool", "tool_call_id": "a", "content": "sunny"},
-               {"role": "tool", "tool_call_id": "b", "content": "rain"}]
+    call = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "a",
+                "type": "function",
+                "function": {"name": "weather", "arguments": '{"city":"Oslo"}'},
+            },
+            {
+                "id": "b",
+                "type": "function",
+                "function": {"name": "weather", "arguments": '{"city":"Bergen"}'},
+            },
+        ],
+    }
+    results = [
+        {"role": "tool", "tool_call_id": "a", "content": "sunny"},
+        {"role": "tool", "tool_call_id": "b", "content": "rain"},
+    ]
     mem.add_many([call, *results, assistant("Oslo sunny, Bergen rain.")])
-    expected = {0: [], 1: ["assistant"], 2: ["assistant"], 3: ["assistant"],
-                4: ["assistant", "tool", "tool", "assistant"],
-                5: ["user", "assistant", "tool", "tool", "assistant"]}
+    expected = {
+        0: [],
+        1: ["assistant"],
+        2: ["assistant"],
+        3: ["assistant"],
+        4: ["assistant", "tool", "tool", "assistant"],
+        5: ["user", "assistant", "tool", "tool", "assistant"],
+    }
     for limit, roles in expected.items():
         # Never a tool result without its call, never a call without all its results.
         assert [m["role"] for m in mem.window(max_messages=limit)] == roles
     assert [m["role"] for m in mem.window(max_messages=3)] == ["assistant"]
-    assert [m["role"] for m in mem.window(max_messages=4)] == ["assistant", "tool", "tool", "assistant"]
+    assert [m["role"] for m in mem.window(max_messages=4)] == [
+        "assistant",
+        "tool",
+        "tool",
+        "assistant",
+    ]
     group_tokens = sum(m.tokens for m in mem.messages(after=1))
     exact = mem.window(max_tokens=group_tokens)
     assert [m["role"] for m in exact] == ["assistant", "tool", "tool", "assistant"]
@@ -85,8 +120,9 @@ def test_summary_and_pinned_come_first_and_count(mem):
     mem.add({"role": "system", "content": "sys"})
     stored = mem.add_many([user(f"old {i}") for i in range(6)] + [user("new")])
     task = {"role": "user", "content": "The task: plan a trip."}
-    snapshot = mem.save_snapshot("They talked about old things.", upto=stored[5].cursor, prev=None,
-                                 pinned=[task])
+    snapshot = mem.save_snapshot(
+        "They talked about old things.", upto=stored[5].cursor, prev=None, pinned=[task]
+    )
     window = mem.window(max_tokens=1000)
     assert window.messages == [
         {"role": "system", "content": "sys"},
@@ -135,18 +171,33 @@ def test_bad_limits_raise(mem):
 
 def test_parallel_calls_stored_one_per_message_stay_with_their_results(mem):
     def call(call_id, city):
-        return {"role": "assistant", "content": None, "tool_calls": [
-            {"id": call_id, "type": "function", "function": {"name": "weather", "arguments": city}}]}
+        return {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": call_id,
+                    "type": "function",
+                    "function": {"name": "weather", "arguments": city},
+                }
+            ],
+        }
 
-    mem.add_many([
-        user("weather in Oslo and Bergen?"),
-        call("a", "Oslo"), call("b", "Bergen"),
-        {"role": "tool", "tool_call_id": "a", "content": "sunny"},
-        {"role": "tool", "tool_call_id": "b", "content": "rain"},
-        assistant("Oslo sunny, Bergen rain."),
-    ])
-    expected = {1: ["assistant"], 4: ["assistant"],
-                5: ["assistant", "assistant", "tool", "tool", "assistant"]}
+    mem.add_many(
+        [
+            user("weather in Oslo and Bergen?"),
+            call("a", "Oslo"),
+            call("b", "Bergen"),
+            {"role": "tool", "tool_call_id": "a", "content": "sunny"},
+            {"role": "tool", "tool_call_id": "b", "content": "rain"},
+            assistant("Oslo sunny, Bergen rain."),
+        ]
+    )
+    expected = {
+        1: ["assistant"],
+        4: ["assistant"],
+        5: ["assistant", "assistant", "tool", "tool", "assistant"],
+    }
     for limit, roles in expected.items():
         assert [m["role"] for m in mem.window(max_messages=limit)] == roles
     # Cover the first call only: the second call keeps its own result, the orphan goes.
@@ -164,4 +215,6 @@ def test_window_refuses_a_model_whose_encoding_is_unknown(mem):
     assert err.value.field == "model" and "MODEL_ENCODINGS" in str(err.value)
     # Mapped in MODEL_ENCODINGS, the same model counts with the encoding it is given.
     with override_settings(MEMORY_APP={"MODEL_ENCODINGS": {"no-such-model": "cl100k_base"}}):
-        assert mem.window(model="no-such-model").budget_tokens == count_message(user("hello"), "cl100k_base")
+        assert mem.window(model="no-such-model").budget_tokens == count_message(
+            user("hello"), "cl100k_base"
+        )

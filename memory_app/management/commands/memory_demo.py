@@ -14,43 +14,78 @@ DEMO_KEY = "demo-trip-planning"
 CONVERSATION = [
     {"role": "system", "content": "You are a travel assistant. Use tools for live data."},
     {"role": "user", "content": "Hi! I'm planning a week in Norway in June. My name is Ada."},
-    {"role": "assistant", "content": "Lovely, Ada! June is a great month: long days and mild weather. "
-                                     "Do you prefer cities, fjords or hiking?"},
+    {
+        "role": "assistant",
+        "content": "Lovely, Ada! June is a great month: long days and mild weather. "
+        "Do you prefer cities, fjords or hiking?",
+    },
     {"role": "user", "content": "Fjords and some hiking. Please remember I don't eat fish."},
-    {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "call_weather_1", "type": "function",
-         "function": {"name": "get_weather", "arguments": "{\"city\": \"Bergen\", \"month\": \"June\"}"}},
-        {"id": "call_route_1", "type": "function",
-         "function": {"name": "plan_route", "arguments": "{\"from\": \"Bergen\", \"to\": \"Flåm\"}"}},
-    ]},
-    {"role": "tool", "tool_call_id": "call_weather_1", "content": "{\"avg_high_c\": 17, \"rain_days\": 14}"},
-    {"role": "tool", "tool_call_id": "call_route_1",
-     "content": "{\"route\": \"Bergen → Voss → Myrdal → Flåm\", \"hours\": 5.5}"},
-    {"role": "assistant", "content": "Bergen averages 17 °C in June with frequent showers, so pack a rain "
-                                     "jacket. The Bergen → Flåm route via the Flåm Railway takes about "
-                                     "5.5 hours and is spectacular."},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "call_weather_1",
+                "type": "function",
+                "function": {
+                    "name": "get_weather",
+                    "arguments": '{"city": "Bergen", "month": "June"}',
+                },
+            },
+            {
+                "id": "call_route_1",
+                "type": "function",
+                "function": {"name": "plan_route", "arguments": '{"from": "Bergen", "to": "Flåm"}'},
+            },
+        ],
+    },
+    {
+        "role": "tool",
+        "tool_call_id": "call_weather_1",
+        "content": '{"avg_high_c": 17, "rain_days": 14}',
+    },
+    {
+        "role": "tool",
+        "tool_call_id": "call_route_1",
+        "content": '{"route": "Bergen → Voss → Myrdal → Flåm", "hours": 5.5}',
+    },
+    {
+        "role": "assistant",
+        "content": "Bergen averages 17 °C in June with frequent showers, so pack a rain "
+        "jacket. The Bergen → Flåm route via the Flåm Railway takes about "
+        "5.5 hours and is spectacular.",
+    },
     {"role": "user", "content": "Great. Which hikes near Flåm are good for a beginner?"},
-    {"role": "assistant", "content": "Try the Brekkefossen waterfall hike (1 h return) or the Rallarvegen "
-                                     "path downhill from Myrdal. Both are well marked."},
+    {
+        "role": "assistant",
+        "content": "Try the Brekkefossen waterfall hike (1 h return) or the Rallarvegen "
+        "path downhill from Myrdal. Both are well marked.",
+    },
 ]
 
 
 class Command(MemoryCommand):
-    help = ("Create the admin login (admin / admin unless DEMO_ADMIN_PASSWORD is set) and a demo "
-            "session; --user NAME also creates an API user of that name (idempotent).")
+    help = (
+        "Create the admin login (admin / admin unless DEMO_ADMIN_PASSWORD is set) and a demo "
+        "session; --user NAME also creates an API user of that name (idempotent)."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument(
-            "--user", action="append", default=[], metavar="NAME",
+            "--user",
+            action="append",
+            default=[],
+            metavar="NAME",
             help="Also create this user (no password: it signs in with an API token, e.g. "
-                 "`manage.py drf_create_token NAME`). Repeatable.",
+            "`manage.py drf_create_token NAME`). Repeatable.",
         )
 
     def handle(self, *args, **options):
         User = get_user_model()
         chosen = os.environ.get("DEMO_ADMIN_PASSWORD")
         admin, created = User.objects.get_or_create(
-            username="admin", defaults={"is_staff": True, "is_superuser": True, "email": "admin@example.com"}
+            username="admin",
+            defaults={"is_staff": True, "is_superuser": True, "email": "admin@example.com"},
         )
         # A new admin gets the chosen password (or "admin"); an existing one only when a password
         # is chosen, so a re-run without DEMO_ADMIN_PASSWORD keeps whatever was set before.
@@ -63,19 +98,25 @@ class Command(MemoryCommand):
                 user.set_unusable_password()
                 user.save(update_fields=["password"])
             self.stdout.write(f"User {name} {'created' if made else 'exists'}.")
-        mem = Memory.session(DEMO_KEY, owner=admin, namespace="travel-agent",
-                             title="Planning a week in Norway")
+        mem = Memory.session(
+            DEMO_KEY, owner=admin, namespace="travel-agent", title="Planning a week in Norway"
+        )
         if mem.count() == 0:
             stored = mem.add_many(CONVERSATION)
             mem.set_meta("channel", "web")
             mem.save_snapshot(
                 "Ada plans a June week in Norway, prefers fjords and hiking, does not eat fish. "
                 "Bergen is rainy (17 °C); Bergen → Flåm by rail takes ~5.5 h.",
-                upto=stored[7].cursor, prev=None, model="demo",
+                upto=stored[7].cursor,
+                prev=None,
+                model="demo",
                 pinned=[CONVERSATION[3]],
             )
-        password = "(DEMO_ADMIN_PASSWORD)" if chosen is not None else (
-            "admin" if created else "(unchanged)")
+        password = (
+            "(DEMO_ADMIN_PASSWORD)"
+            if chosen is not None
+            else ("admin" if created else "(unchanged)")
+        )
         self.stdout.write(
             f"Demo ready: log in at /admin/ as admin / {password}; "
             f"session {mem.id} has {mem.count()} messages."

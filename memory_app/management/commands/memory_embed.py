@@ -32,19 +32,45 @@ class Command(MemoryCommand):
     help = "Embed messages that have no vector from the configured embedder (resumable)."
 
     def add_arguments(self, parser):
-        parser.add_argument("--session", action="append", dest="sessions", metavar="ID",
-                            type=session_id, help="Only this session (repeat for more).")
-        parser.add_argument("--batch-size", type=positive_int, default=None,
-                            help=f"Messages per batch (default EMBED_BATCH_SIZE, "
-                                 f"{memory_settings.EMBED_BATCH_SIZE}).")
-        parser.add_argument("--limit", type=non_negative_int, default=None,
-                            help="Stop after looking at this many messages.")
-        parser.add_argument("--reembed", action="store_true",
-                            help="Embed again messages that already have a vector.")
+        parser.add_argument(
+            "--session",
+            action="append",
+            dest="sessions",
+            metavar="ID",
+            type=session_id,
+            help="Only this session (repeat for more).",
+        )
+        parser.add_argument(
+            "--batch-size",
+            type=positive_int,
+            default=None,
+            help=f"Messages per batch (default EMBED_BATCH_SIZE, "
+            f"{memory_settings.EMBED_BATCH_SIZE}).",
+        )
+        parser.add_argument(
+            "--limit",
+            type=non_negative_int,
+            default=None,
+            help="Stop after looking at this many messages.",
+        )
+        parser.add_argument(
+            "--reembed",
+            action="store_true",
+            help="Embed again messages that already have a vector.",
+        )
         parser.add_argument("--no-progress", action="store_true", help="No progress bar.")
 
-    def handle(self, *args, sessions=None, batch_size=None, limit=None, reembed=False,
-               no_progress=False, verbosity=1, **options):
+    def handle(
+        self,
+        *args,
+        sessions=None,
+        batch_size=None,
+        limit=None,
+        reembed=False,
+        no_progress=False,
+        verbosity=1,
+        **options,
+    ):
         sessions = existing_sessions(sessions)
         embedder = get_embedder()
         try:
@@ -62,17 +88,30 @@ class Command(MemoryCommand):
         if limit is not None:
             todo = min(todo, limit)
         if verbosity:
-            self.stdout.write(f"{embedder.name} ({dims} dimensions): {todo} messages to embed"
-                              + (f", index {index}" if index else ""))
+            self.stdout.write(
+                f"{embedder.name} ({dims} dimensions): {todo} messages to embed"
+                + (f", index {index}" if index else "")
+            )
         # The bar needs the raw stream: Django's wrapper would end every refresh with a newline.
-        bar = progress(total=todo, unit="msg", disable=no_progress or not verbosity,
-                       file=getattr(self.stderr, "_out", self.stderr))
+        bar = progress(
+            total=todo,
+            unit="msg",
+            disable=no_progress or not verbosity,
+            file=getattr(self.stderr, "_out", self.stderr),
+        )
         try:
-            stored = embed_messages(session_ids=sessions, replace=reembed, embedder=embedder,
-                                    batch_size=batch_size, limit=limit, progress=bar.update)
+            stored = embed_messages(
+                session_ids=sessions,
+                replace=reembed,
+                embedder=embedder,
+                batch_size=batch_size,
+                limit=limit,
+                progress=bar.update,
+            )
         except EmbedderError as err:
             raise CommandError(
-                f"{err} (vectors stored so far are kept; run again to resume)") from err
+                f"{err} (vectors stored so far are kept; run again to resume)"
+            ) from err
         finally:
             bar.close()
         if verbosity:

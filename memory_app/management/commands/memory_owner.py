@@ -30,17 +30,26 @@ class Command(MemoryCommand):
     def add_arguments(self, parser):
         actions = parser.add_subparsers(dest="action", required=True, metavar="{export,erase}")
         export = actions.add_parser("export", help="Write every session of USER to a JSON file.")
-        erase = actions.add_parser("erase", help="Delete every session of USER, with everything "
-                                                 "under them, in one transaction.")
+        erase = actions.add_parser(
+            "erase",
+            help="Delete every session of USER, with everything under them, in one transaction.",
+        )
         for sub in (export, erase):
             sub.add_argument("user", help="The owner's username (or primary key with --id).")
             sub.add_argument("--id", action="store_true", help="USER is a primary key.")
             sub.add_argument("--no-progress", action="store_true", help="No progress bar.")
         export.add_argument("--out", required=True, help="File to write; '-' for standard output.")
-        export.add_argument("--batch-size", type=positive_int, default=1000,
-                            help="Messages read per query (default 1000).")
-        erase.add_argument("--yes", action="store_true",
-                           help="Really erase (without it, only say what would be erased).")
+        export.add_argument(
+            "--batch-size",
+            type=positive_int,
+            default=1000,
+            help="Messages read per query (default 1000).",
+        )
+        erase.add_argument(
+            "--yes",
+            action="store_true",
+            help="Really erase (without it, only say what would be erased).",
+        )
 
     def handle(self, *args, action: str, user: str, id: bool, no_progress: bool, **options):
         owner = self._owner(user, by_pk=id)
@@ -63,8 +72,9 @@ class Command(MemoryCommand):
     def _export(self, owner, out: str, batch_size: int, no_progress: bool) -> None:
         target = None if out == "-" else _writable_target(out)
         total = owner_summary(owner)
-        with progress(total=total["messages"], unit="msg",
-                      disable=no_progress or target is None) as bar:
+        with progress(
+            total=total["messages"], unit="msg", disable=no_progress or target is None
+        ) as bar:
             chunks = Memory.iter_owner_export(owner, batch_size=batch_size, progress=bar.update)
             if target is None:
                 for chunk in chunks:
@@ -80,15 +90,21 @@ class Command(MemoryCommand):
             except BaseException:
                 Path(tmp).unlink(missing_ok=True)
                 raise
-        self.stdout.write(f"Exported {total['sessions']} session(s), {total['messages']} "
-                          f"message(s) of {owner.get_username()} to {out}.")
+        self.stdout.write(
+            f"Exported {total['sessions']} session(s), {total['messages']} "
+            f"message(s) of {owner.get_username()} to {out}."
+        )
 
     def _erase(self, owner, yes: bool, no_progress: bool) -> None:
         total = owner_summary(owner)
-        what = f"{total['sessions']} session(s) and {total['messages']} message(s) of {owner.get_username()}"
+        what = (
+            f"{total['sessions']} session(s) and {total['messages']} message(s) of "
+            f"{owner.get_username()}"
+        )
         if not yes:
             raise CommandError(f"would erase {what}; pass --yes to erase them")
         with progress(total=4, unit="table", disable=no_progress) as bar:
+
             def step(table: str, rows: int) -> None:
                 bar.set_postfix_str(f"{table}: {rows}")
                 bar.update(1)

@@ -13,13 +13,21 @@ class Command(MemoryCommand):
     help = "Delete expired sessions and everything under them; --idle also deletes idle ones."
 
     def add_arguments(self, parser):
-        parser.add_argument("--idle", type=duration,
-                            help="Also delete sessions not updated for this long (e.g. 90d).")
+        parser.add_argument(
+            "--idle",
+            type=duration,
+            help="Also delete sessions not updated for this long (e.g. 90d).",
+        )
         parser.add_argument("--namespace", type=namespace, help="Only sessions of this namespace.")
-        parser.add_argument("--batch-size", type=positive_int, default=500,
-                            help="Sessions deleted per transaction (default 500).")
-        parser.add_argument("--dry-run", action="store_true",
-                            help="Count what would go; delete nothing.")
+        parser.add_argument(
+            "--batch-size",
+            type=positive_int,
+            default=500,
+            help="Sessions deleted per transaction (default 500).",
+        )
+        parser.add_argument(
+            "--dry-run", action="store_true", help="Count what would go; delete nothing."
+        )
         parser.add_argument("--no-progress", action="store_true", help="No progress bar.")
 
     def handle(self, *args, idle, namespace, batch_size, dry_run, no_progress, **options):

@@ -23,13 +23,19 @@ class Command(MemoryCommand):
     help = "Re-encrypt stored messages with the newest encryption key (and encrypt plaintext ones)."
 
     def add_arguments(self, parser):
-        parser.add_argument("--batch-size", type=positive_int, default=500,
-                            help="Messages per transaction (default 500).")
+        parser.add_argument(
+            "--batch-size",
+            type=positive_int,
+            default=500,
+            help="Messages per transaction (default 500).",
+        )
         parser.add_argument("--no-progress", action="store_true", help="No progress bar.")
 
     def handle(self, *args, batch_size: int, no_progress: bool, **options):
         if not encryption.enabled():
-            raise CommandError("MEMORY_APP['ENCRYPTION_KEYS'] is empty: there is no key to encrypt with")
+            raise CommandError(
+                "MEMORY_APP['ENCRYPTION_KEYS'] is empty: there is no key to encrypt with"
+            )
         using = router.db_for_write(Message)
         total = Message.objects.using(using).count()
         rewritten = seen = 0
@@ -38,7 +44,9 @@ class Command(MemoryCommand):
             while True:
                 with transaction.atomic(using=using):
                     batch = list(
-                        Message.objects.using(using).filter(id__gt=last_id).order_by("id")
+                        Message.objects.using(using)
+                        .filter(id__gt=last_id)
+                        .order_by("id")
                         .select_for_update()
                         .only("id", "content", "content_parts", "tool_calls")[:batch_size]
                     )
@@ -46,21 +54,25 @@ class Command(MemoryCommand):
                         break
                     changed = []
                     for message in batch:
-                        new = encryption.stored_values(message.content, message.content_parts,
-                                                       message.tool_calls)
+                        new = encryption.stored_values(
+                            message.content, message.content_parts, message.tool_calls
+                        )
                         if new is not None:
                             message.content, message.content_parts, message.tool_calls = new
                             changed.append(message)
                     if changed:
                         Message.objects.using(using).bulk_update(
-                            changed, ["content", "content_parts", "tool_calls"])
+                            changed, ["content", "content_parts", "tool_calls"]
+                        )
                 last_id = batch[-1].id
                 seen += len(batch)
                 rewritten += len(changed)
                 bar.update(len(batch))
         kept = self._rotate_kept_texts(using, batch_size)
-        self.stdout.write(f"Re-encrypted {rewritten} of {seen} message(s) with the newest key"
-                          + (f", and {kept} kept text(s) of pruned turns." if kept else "."))
+        self.stdout.write(
+            f"Re-encrypted {rewritten} of {seen} message(s) with the newest key"
+            + (f", and {kept} kept text(s) of pruned turns." if kept else ".")
+        )
 
     def _rotate_kept_texts(self, using: str, batch_size: int) -> int:
         """Pruned turns keep their text on the embedding row (for recall): rotate it too."""
@@ -68,8 +80,12 @@ class Command(MemoryCommand):
         rewritten, last_id = 0, 0
         while True:
             with transaction.atomic(using=using):
-                batch = list(kept.filter(id__gt=last_id).order_by("id").select_for_update()
-                             .only("id", "content")[:batch_size])
+                batch = list(
+                    kept.filter(id__gt=last_id)
+                    .order_by("id")
+                    .select_for_update()
+                    .only("id", "content")[:batch_size]
+                )
                 if not batch:
                     return rewritten
                 changed = []

@@ -31,20 +31,44 @@ class Command(MemoryCommand):
 
     def add_arguments(self, parser) -> None:
         which = parser.add_mutually_exclusive_group(required=True)
-        which.add_argument("--over-threshold", action="store_true",
-                           help="Sessions over the token threshold with messages to cover.")
+        which.add_argument(
+            "--over-threshold",
+            action="store_true",
+            help="Sessions over the token threshold with messages to cover.",
+        )
         which.add_argument("--all", action="store_true", help="Every session (within --namespace).")
-        which.add_argument("--session", action="append", dest="sessions", metavar="ID",
-                           type=session_id,
-                           help="This session id (repeatable).")
-        parser.add_argument("--namespace", action="append", dest="namespaces", metavar="NS",
-                            help="Only sessions in this namespace (repeatable).")
-        parser.add_argument("--threshold", type=non_negative_int, default=None,
-                            help="Token threshold for --over-threshold (default: the setting).")
-        parser.add_argument("--keep-recent", type=non_negative_int, default=None,
-                            help="Messages left unsummarized (default: SUMMARIZE_KEEP_RECENT).")
-        parser.add_argument("--sync", action="store_true",
-                            help="Compact in this process instead of enqueueing tasks.")
+        which.add_argument(
+            "--session",
+            action="append",
+            dest="sessions",
+            metavar="ID",
+            type=session_id,
+            help="This session id (repeatable).",
+        )
+        parser.add_argument(
+            "--namespace",
+            action="append",
+            dest="namespaces",
+            metavar="NS",
+            help="Only sessions in this namespace (repeatable).",
+        )
+        parser.add_argument(
+            "--threshold",
+            type=non_negative_int,
+            default=None,
+            help="Token threshold for --over-threshold (default: the setting).",
+        )
+        parser.add_argument(
+            "--keep-recent",
+            type=non_negative_int,
+            default=None,
+            help="Messages left unsummarized (default: SUMMARIZE_KEEP_RECENT).",
+        )
+        parser.add_argument(
+            "--sync",
+            action="store_true",
+            help="Compact in this process instead of enqueueing tasks.",
+        )
         parser.add_argument("--no-progress", action="store_true", help="No progress bar.")
 
     def handle(self, *args, **options) -> None:
@@ -69,7 +93,9 @@ class Command(MemoryCommand):
         bar = progress(total=ids.count(), unit="session", disable=options["no_progress"])
         for session_pk in ids.iterator(chunk_size=500):
             bar.update(1)
-            if options["over_threshold"] and not background.needs_summary(session_pk, threshold=threshold):
+            if options["over_threshold"] and not background.needs_summary(
+                session_pk, threshold=threshold
+            ):
                 skipped += 1
                 continue
             try:
@@ -79,10 +105,13 @@ class Command(MemoryCommand):
                     while snapshot is not None and snapshot.metadata.get("partial"):
                         snapshot = compaction.compact(session_pk, keep_recent=keep_recent)
                 else:
-                    scheduled = background.schedule_summary(session_pk, keep_recent=keep_recent,
-                                                            fail_silently=False)
+                    scheduled = background.schedule_summary(
+                        session_pk, keep_recent=keep_recent, fail_silently=False
+                    )
                     result = scheduled.task_id if scheduled.state in ("queued", "ran") else None
-            except Exception as err:  # store, summarizer, Redis or broker errors: go on with the rest
+            except (
+                Exception
+            ) as err:  # store, summarizer, Redis or broker errors: go on with the rest
                 failed += 1
                 self.stderr.write(f"session {session_pk}: {type(err).__name__}: {err}")
                 continue
