@@ -41,8 +41,9 @@ from typing import Any
 import openai
 from asgiref.sync import sync_to_async
 
-from .exceptions import InvalidMessage
+from .exceptions import InvalidMessage, UnknownModel
 from .memory import SessionMemory
+from .tokens import encoding_name_for_model
 from .types import StoredMessage
 from .validation import check_message
 
@@ -320,10 +321,19 @@ class Conversation:
                 text,
                 max_tokens=self.max_tokens,
                 recall_k=self.recall_k,
-                model=self.model,
+                model=self._counting_model(),
                 scope=self.recall_scope,
             ).messages
-        return self.session.window(max_tokens=self.max_tokens, model=self.model).messages
+        return self.session.window(max_tokens=self.max_tokens, model=self._counting_model()).messages
+
+    def _counting_model(self) -> str | None:
+        """The chat model, for token counting when its encoding is known; any OpenAI-compatible
+        server's model names are accepted here, counted with ``TOKEN_ENCODING`` otherwise."""
+        try:
+            encoding_name_for_model(self.model)
+        except UnknownModel:
+            return None
+        return self.model
 
     def request_messages(self, turn: Turn) -> list[dict[str, Any]]:
         system = [{"role": "system", "content": self.system}] if self.system else []
