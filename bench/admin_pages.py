@@ -52,11 +52,15 @@ def main() -> None:
 def fill(memory, n: int) -> None:
     batch = 1000
     for start in range(0, n, batch):
-        memory.add_many([
-            {"role": "user" if i % 2 == 0 else "assistant",
-             "content": f"Message {i}: " + "some words of a conversation " * 4}
-            for i in range(start, min(start + batch, n))
-        ])
+        memory.add_many(
+            [
+                {
+                    "role": "user" if i % 2 == 0 else "assistant",
+                    "content": f"Message {i}: " + "some words of a conversation " * 4,
+                }
+                for i in range(start, min(start + batch, n))
+            ]
+        )
 
 
 def run(args, connection, CaptureQueriesContext) -> None:
@@ -104,11 +108,15 @@ def run(args, connection, CaptureQueriesContext) -> None:
         p90 = statistics.quantiles(timings, n=10)[-1] if len(timings) > 1 else timings[0]
         sql_ms = sum(float(q["time"]) for q in queries) * 1000
         shown = response.content.count(b'class="mem-msg ')
-        print(f"{label:40} {size:>9} {shown:>6} {statistics.median(timings):>10.1f} {p90:>8.1f}"
-              f" {len(queries):>8} {sql_ms:>7.1f}")
+        print(
+            f"{label:40} {size:>9} {shown:>6} {statistics.median(timings):>10.1f} {p90:>8.1f}"
+            f" {len(queries):>8} {sql_ms:>7.1f}"
+        )
 
-    print(f"{'request':40} {'session':>9} {'shown':>6} {'median ms':>10} {'p90 ms':>8} {'queries':>8}"
-          f" {'sql ms':>7}")
+    print(
+        f"{'request':40} {'session':>9} {'shown':>6} {'median ms':>10} {'p90 ms':>8} {'queries':>8}"
+        f" {'sql ms':>7}"
+    )
     for label, url_for in cases:
         for memory, size in ((short, 10), (one_page, 60), (long, args.messages)):
             measure(label, f"{size:,}", url_for(memory, size))
@@ -121,7 +129,9 @@ def run(args, connection, CaptureQueriesContext) -> None:
     if connection.vendor == "postgresql":
         from memory_app.models import Message
 
-        qs = Message.objects.filter(session_id=long.id, seq__gt=args.messages // 2).order_by("seq")[:51]
+        qs = Message.objects.filter(session_id=long.id, seq__gt=args.messages // 2).order_by("seq")[
+            :51
+        ]
         print("\nplan of a page in the middle of the long session:")
         print(qs.explain(analyze=True))
 

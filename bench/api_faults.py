@@ -51,11 +51,23 @@ RESULTS = ROOT / "bench" / "results"
 GRACE = 1.0  # seconds after the restart in which errors still count against the outage
 
 
-def run_once(postgres: SeparatePostgres, *, name: str, clients: int, restart_count: int, every: float,
-             down: float, health_checks: bool, workers: int, threads: int) -> dict:
+def run_once(
+    postgres: SeparatePostgres,
+    *,
+    name: str,
+    clients: int,
+    restart_count: int,
+    every: float,
+    down: float,
+    health_checks: bool,
+    workers: int,
+    threads: int,
+) -> dict:
     database = LiveDatabase(postgres.create_database(name))
     users = database.prepare(users=clients)
-    with Gunicorn(database.url, workers=workers, threads=threads, health_checks=health_checks) as server:
+    with Gunicorn(
+        database.url, workers=workers, threads=threads, health_checks=health_checks
+    ) as server:
         stop, stats = threading.Event(), RetryStats()
         started = time.monotonic()
         pool = retrying_clients(server.base_url, users, stop=stop, stats=stats)
@@ -71,8 +83,14 @@ def run_once(postgres: SeparatePostgres, *, name: str, clients: int, restart_cou
     verdict = verify(database, stats.acknowledged)
     recoveries = [r for r in (o.recovery(stats.acknowledged_at) for o in outages) if r is not None]
     return {
-        "health_checks": health_checks, "elapsed": elapsed, "stats": stats, "outages": outages,
-        "outside": outside, "verdict": verdict, "recoveries": recoveries, "server_rss": server_rss,
+        "health_checks": health_checks,
+        "elapsed": elapsed,
+        "stats": stats,
+        "outages": outages,
+        "outside": outside,
+        "verdict": verdict,
+        "recoveries": recoveries,
+        "server_rss": server_rss,
         "kinds": Counter(what for _, what in stats.errors),
         "stuck": sum(thread.is_alive() for thread in pool),
     }
@@ -82,7 +100,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--restarts", type=int, default=3)
-    parser.add_argument("--every", type=float, default=12.0, help="seconds of service between restarts")
+    parser.add_argument(
+        "--every", type=float, default=12.0, help="seconds of service between restarts"
+    )
     parser.add_argument("--down", type=float, default=2.0, help="seconds the server stays down")
     parser.add_argument("--full", action="store_true", help="10 restarts")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 2)
@@ -94,11 +114,20 @@ def main() -> None:
     load_before = os.getloadavg()
     postgres = SeparatePostgres()
     try:
-        runs = [run_once(postgres, name=f"faults_{'checked' if checks else 'unchecked'}",
-                         clients=args.clients, restart_count=restart_count, every=args.every,
-                         down=args.down, health_checks=checks, workers=args.workers,
-                         threads=args.threads)
-                for checks in (True, False)]
+        runs = [
+            run_once(
+                postgres,
+                name=f"faults_{'checked' if checks else 'unchecked'}",
+                clients=args.clients,
+                restart_count=restart_count,
+                every=args.every,
+                down=args.down,
+                health_checks=checks,
+                workers=args.workers,
+                threads=args.threads,
+            )
+            for checks in (True, False)
+        ]
     finally:
         postgres.destroy()
     report = render(args, restart_count, runs, load_before)
@@ -132,30 +161,43 @@ def render(args, restart_count: int, runs: list[dict], load_before) -> str:
         after = sum(o.errors_after for o in outages)
         kinds = ", ".join(f"{k} ×{n}" for k, n in run["kinds"].most_common()) or "none"
         rec = run["recoveries"]
-        recovery = (f"median {statistics.median(rec) * 1000:.0f} ms, max {max(rec) * 1000:.0f} ms"
-                    if rec else "n/a")
+        recovery = (
+            f"median {statistics.median(rec) * 1000:.0f} ms, max {max(rec) * 1000:.0f} ms"
+            if rec
+            else "n/a"
+        )
         label = "health-checked (default)" if run["health_checks"] else "unchecked"
         lines.append(
             f"| {label} | {len(outages)} | {stats.requests:,} | {during:,} | {after} | {run['outside']} | "
             f"{kinds} | {recovery} | {v.acknowledged:,} | {v.lost} | {v.duplicates} | {v.gaps} |"
         )
-    lines += ["", "Per outage (health-checked run):", "",
-              "| # | down for | errors during | errors in the second after | first append acknowledged after |",
-              "| ---: | ---: | ---: | ---: | ---: |"]
+    lines += [
+        "",
+        "Per outage (health-checked run):",
+        "",
+        "| # | down for | errors during | errors in the second after | first append acknowledged after |",
+        "| ---: | ---: | ---: | ---: | ---: |",
+    ]
     checked = runs[0]
     for i, outage in enumerate(checked["outages"], 1):
         rec = outage.recovery(checked["stats"].acknowledged_at)
-        lines.append(f"| {i} | {outage.started_at - outage.stopped_at:.1f} s | {outage.errors_during} | "
-                     f"{outage.errors_after} | {'n/a' if rec is None else f'{rec * 1000:.0f} ms'} |")
+        lines.append(
+            f"| {i} | {outage.started_at - outage.stopped_at:.1f} s | {outage.errors_during} | "
+            f"{outage.errors_after} | {'n/a' if rec is None else f'{rec * 1000:.0f} ms'} |"
+        )
     lines += [
         "",
-        "\"Back in service after\": from the server accepting connections again to the first "
+        '"Back in service after": from the server accepting connections again to the first '
         "append acknowledged. "
-        + ("Every error was answered `503 database_unavailable` with `Retry-After: 1` (none was a "
-           "500). " if all(set(r["kinds"]) <= {"503"} for r in runs) else "")
-        + "\"Acknowledged\" counts messages answered 201, each "
-        "then found stored at its cursor with its content. \"Stored twice\": an idempotency key "
-        "stored more than once; \"gaps\": sessions whose cursors are not exactly 1..N (counters "
+        + (
+            "Every error was answered `503 database_unavailable` with `Retry-After: 1` (none was a "
+            "500). "
+            if all(set(r["kinds"]) <= {"503"} for r in runs)
+            else ""
+        )
+        + '"Acknowledged" counts messages answered 201, each '
+        'then found stored at its cursor with its content. "Stored twice": an idempotency key '
+        'stored more than once; "gaps": sessions whose cursors are not exactly 1..N (counters '
         "were checked against the rows too).",
         "",
         f"Peak RSS: gunicorn (all processes) {max(r['server_rss']['total'] for r in runs):.0f} MB, "
@@ -165,9 +207,16 @@ def render(args, restart_count: int, runs: list[dict], load_before) -> str:
     ]
     problems = [p for r in runs for p in r["verdict"].problems]
     if problems or any(r["stuck"] for r in runs):
-        lines += ["Problems:", *[f"- {p}" for p in problems],
-                  *[f"- {r['stuck']} client(s) never got their message acknowledged" for r in runs if r["stuck"]],
-                  ""]
+        lines += [
+            "Problems:",
+            *[f"- {p}" for p in problems],
+            *[
+                f"- {r['stuck']} client(s) never got their message acknowledged"
+                for r in runs
+                if r["stuck"]
+            ],
+            "",
+        ]
     return "\n".join(lines)
 
 

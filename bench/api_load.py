@@ -69,22 +69,58 @@ def recreate(url: str, name: str, *, drop_only: bool = False) -> None:
     import psycopg
     from psycopg import sql
 
-    admin = url.replace(f"/{name}?", "/postgres?") if "?" in url else url.rsplit("/", 1)[0] + "/postgres"
+    admin = (
+        url.replace(f"/{name}?", "/postgres?")
+        if "?" in url
+        else url.rsplit("/", 1)[0] + "/postgres"
+    )
     with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
         if not drop_only:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
 
 
-def run_locust(base_url: str, clients_file: Path, acks_file: Path, csv_prefix: Path, *,
-               users: int, seconds: int) -> float:
+def run_locust(
+    base_url: str,
+    clients_file: Path,
+    acks_file: Path,
+    csv_prefix: Path,
+    *,
+    users: int,
+    seconds: int,
+) -> float:
     """Run locust headless; returns its peak RSS in MB (sampled while it runs)."""
     env = {**os.environ, "LOAD_CLIENTS": str(clients_file), "LOAD_ACKS": str(acks_file)}
-    args = [sys.executable, "-m", "locust", "-f", str(ROOT / "bench" / "locustfile_api.py"), "--headless",
-            "--users", str(users), "--spawn-rate", str(users), "--run-time", f"{seconds}s",
-            "--host", base_url, "--csv", str(csv_prefix), "--json-file", str(csv_prefix),  # (locust adds .json)
-            "--only-summary", "--skip-log", "--stop-timeout", "10",
-            "--loglevel", "WARNING", "--exit-code-on-error", "0"]
+    args = [
+        sys.executable,
+        "-m",
+        "locust",
+        "-f",
+        str(ROOT / "bench" / "locustfile_api.py"),
+        "--headless",
+        "--users",
+        str(users),
+        "--spawn-rate",
+        str(users),
+        "--run-time",
+        f"{seconds}s",
+        "--host",
+        base_url,
+        "--csv",
+        str(csv_prefix),
+        "--json-file",
+        str(csv_prefix),  # (locust adds .json)
+        "--only-summary",
+        "--skip-log",
+        "--stop-timeout",
+        "10",
+        "--loglevel",
+        "WARNING",
+        "--exit-code-on-error",
+        "0",
+    ]
     process = subprocess.Popen(args, cwd=ROOT, env=env)
     peak = 0.0
     while process.poll() is None:
@@ -105,19 +141,25 @@ def read_stats(json_file: Path) -> dict[str, dict[str, float]]:
             merged[ms] = merged.get(ms, 0) + count
     start = min(e["start_time"] for e in entries)
     end = max(e["last_request_timestamp"] or start for e in entries)
-    everything = {"name": "Aggregated", "response_times": merged, "start_time": start,
-                  "last_request_timestamp": end,
-                  "num_requests": sum(e["num_requests"] for e in entries),
-                  "num_failures": sum(e["num_failures"] for e in entries),
-                  "max_response_time": max(e["max_response_time"] for e in entries)}
+    everything = {
+        "name": "Aggregated",
+        "response_times": merged,
+        "start_time": start,
+        "last_request_timestamp": end,
+        "num_requests": sum(e["num_requests"] for e in entries),
+        "num_failures": sum(e["num_failures"] for e in entries),
+        "max_response_time": max(e["max_response_time"] for e in entries),
+    }
     stats = {}
     for entry in [*entries, everything]:
         histogram = sorted((float(ms), count) for ms, count in entry["response_times"].items())
         # Throughput over the whole run (every request name counted over the same time).
         stats[entry["name"]] = {
-            "requests": entry["num_requests"], "failures": entry["num_failures"],
+            "requests": entry["num_requests"],
+            "failures": entry["num_failures"],
             "rps": entry["num_requests"] / max(end - start, 1e-9),
-            "p50": _percentile(histogram, 0.50), "p99": _percentile(histogram, 0.99),
+            "p50": _percentile(histogram, 0.50),
+            "p99": _percentile(histogram, 0.99),
             "max": entry["max_response_time"],
         }
     return stats
@@ -138,7 +180,9 @@ def read_failures(csv_prefix: Path) -> list[str]:
     if not path.exists():
         return []
     with open(path) as fh:
-        return [f"{row['Name']}: {row['Error']} ×{row['Occurrences']}" for row in csv.DictReader(fh)]
+        return [
+            f"{row['Name']}: {row['Error']} ×{row['Occurrences']}" for row in csv.DictReader(fh)
+        ]
 
 
 def main() -> None:
@@ -147,7 +191,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=30)
     parser.add_argument("--full", action="store_true", help="run for 120 s")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 2, help="gunicorn workers")
-    parser.add_argument("--threads", type=int, default=8, help="threads per gunicorn worker (gthread)")
+    parser.add_argument(
+        "--threads", type=int, default=8, help="threads per gunicorn worker (gthread)"
+    )
     parser.add_argument("--out", default=str(RESULTS / "api_load.md"))
     args = parser.parse_args()
     seconds = 120 if args.full else args.seconds
@@ -164,8 +210,14 @@ def main() -> None:
             load_before = os.getloadavg()
             with Gunicorn(url, workers=args.workers, threads=args.threads, log_dir=tmp) as server:
                 rss_sampler = _Sampler(server)
-                locust_rss = run_locust(server.base_url, clients_file, acks_file, tmp / "locust",
-                                        users=args.clients, seconds=seconds)
+                locust_rss = run_locust(
+                    server.base_url,
+                    clients_file,
+                    acks_file,
+                    tmp / "locust",
+                    users=args.clients,
+                    seconds=seconds,
+                )
                 server_rss = rss_sampler.stop()
             stats = read_stats(tmp / "locust.json")
             failures = read_failures(tmp / "locust")
@@ -224,8 +276,10 @@ def render(args, seconds, stats, failures, verdict, server_rss, locust_rss, load
         row = stats.get(name)
         if row:
             label = "all" if name == "Aggregated" else f"`{name}`"
-            lines.append(f"| {label} ({row['requests']:,}) | {row['rps']:,.0f} | {row['failures']} | "
-                         f"{row['p50']:.0f} | {row['p99']:.0f} | {row['max']:.0f} |")
+            lines.append(
+                f"| {label} ({row['requests']:,}) | {row['rps']:,.0f} | {row['failures']} | "
+                f"{row['p50']:.0f} | {row['p99']:.0f} | {row['max']:.0f} |"
+            )
     lines += [
         "",
         "| check after the run | result |",

@@ -22,8 +22,9 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def setup_django(db_name: str = "bench", *, fresh: bool = False,
-                 memory_app: dict[str, Any] | None = None) -> dict[str, Any]:
+def setup_django(
+    db_name: str = "bench", *, fresh: bool = False, memory_app: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """Point Django at database ``db_name`` on the project's server, create and migrate it.
 
     Returns the connection settings (Django's ``settings_dict``). ``fresh`` drops it first;
@@ -59,7 +60,9 @@ def _create_database(database: dict, name: str, *, fresh: bool) -> None:
 
     with psycopg.connect(**libpq_params(database), autocommit=True) as conn:
         if fresh:
-            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone()
         if not exists:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
@@ -95,13 +98,18 @@ def sqlalchemy_async_url(settings_dict: dict, driver: str = "asyncpg") -> str:
         query["host"] = host  # a Unix socket directory goes in the query string
         host = None
     return URL.create(
-        f"postgresql+{driver}", username=params.get("user"), password=params.get("password"),
-        host=host, port=int(params["port"]) if params.get("port") else None,
-        database=params["dbname"], query=query,
+        f"postgresql+{driver}",
+        username=params.get("user"),
+        password=params.get("password"),
+        host=host,
+        port=int(params["port"]) if params.get("port") else None,
+        database=params["dbname"],
+        query=query,
     ).render_as_string(hide_password=False)
 
 
 # -- measuring ------------------------------------------------------------------------------
+
 
 @dataclass
 class Latency:
@@ -132,8 +140,9 @@ def warm_up(fn: Callable[[], Any], *, calls: int = 6, max_seconds: float = 0.5) 
             return
 
 
-def time_calls(fn: Callable[[], Any], *, count: int, max_seconds: float, warmup: int = 6,
-               min_count: int = 3) -> Latency:
+def time_calls(
+    fn: Callable[[], Any], *, count: int, max_seconds: float, warmup: int = 6, min_count: int = 3
+) -> Latency:
     """Call ``fn`` up to ``count`` times, timing each; stop early after ``max_seconds`` once
     ``min_count`` calls are timed (one, for calls slower than a second)."""
     if warmup:

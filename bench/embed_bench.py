@@ -34,8 +34,10 @@ CHUNK = 256  # MEMORY_APP["EMBED_BATCH_SIZE"]'s default: what one embedding step
 
 # name: (constructor options, what it is)
 CONFIGS = {
-    "before": ({"backend": "torch", "sort_by_length": False},
-               "torch, batches of 32 in arrival order (the embedder before this change)"),
+    "before": (
+        {"backend": "torch", "sort_by_length": False},
+        "torch, batches of 32 in arrival order (the embedder before this change)",
+    ),
     "torch-sorted": ({"backend": "torch"}, "torch, batches of 32 sorted by length"),
     "onnx": ({"backend": "onnx"}, "ONNX Runtime, batches of 32 sorted by length (the default)"),
     "onnx-1thread": ({"backend": "onnx", "threads": 1}, "ONNX Runtime, one thread"),
@@ -55,7 +57,7 @@ def turns(data: Path, n: int) -> list[str]:
 def run(embedder, texts: list[str]) -> float:
     started = time.perf_counter()
     for start in range(0, len(texts), CHUNK):
-        embedder.embed(texts[start:start + CHUNK])
+        embedder.embed(texts[start : start + CHUNK])
     return len(texts) / (time.perf_counter() - started)
 
 
@@ -95,16 +97,24 @@ def main() -> int:
     mean_chars = statistics.fmean(len(t) for t in texts)
     load = os.getloadavg()[0]
     lines = [
-        "# Embedding throughput (all-MiniLM-L6-v2)", "",
+        "# Embedding throughput (all-MiniLM-L6-v2)",
+        "",
         f"{len(texts)} LoCoMo turns (mean {mean_chars:.0f} characters), {args.rounds} rounds, "
         f"{os.cpu_count()} CPU cores (load average {load:.1f} at the end), in chunks of {CHUNK} "
-        "as the embedding task hands them over.", "",
+        "as the embedding task hands them over.",
+        "",
         "| configuration | what | turns/s (median) | best round |",
         "|---|---|---:|---:|",
     ]
     for name, values in rates.items():
-        lines.append(f"| {name} | {CONFIGS[name][1]} | {statistics.median(values):.1f} | {max(values):.1f} |")
-    lines += ["", f"Reproduce: `python bench/embed_bench.py --turns {args.turns} --rounds {args.rounds}`.", ""]
+        lines.append(
+            f"| {name} | {CONFIGS[name][1]} | {statistics.median(values):.1f} | {max(values):.1f} |"
+        )
+    lines += [
+        "",
+        f"Reproduce: `python bench/embed_bench.py --turns {args.turns} --rounds {args.rounds}`.",
+        "",
+    ]
     report = "\n".join(lines)
     print(report)
     args.out.parent.mkdir(parents=True, exist_ok=True)

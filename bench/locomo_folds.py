@@ -46,12 +46,15 @@ FULLTEXT_VARIANTS = ("turn", "neighbours")
 
 # ---- what is indexed -------------------------------------------------------------------------------
 
+
 def indexed_texts(turns: list[dict], variant: str) -> list[str]:
     contents = [t["content"] for t in turns]
     if variant == "turn":
         return contents
     if variant == "date":
-        return [f"[{t['metadata']['session_date'].split(' on ')[-1]}] {t['content']}" for t in turns]
+        return [
+            f"[{t['metadata']['session_date'].split(' on ')[-1]}] {t['content']}" for t in turns
+        ]
     session = [t["metadata"]["dia_id"].split(":")[0] for t in turns]
     out = []
     for i, text in enumerate(contents):
@@ -63,8 +66,10 @@ def indexed_texts(turns: list[dict], variant: str) -> list[str]:
 
 def neighbour_map(turns: list[dict]) -> dict[int, tuple[int, ...]]:
     session = [t["metadata"]["dia_id"].split(":")[0] for t in turns]
-    return {i: tuple(j for j in (i - 1, i + 1) if 0 <= j < len(turns) and session[j] == session[i])
-            for i in range(len(turns))}
+    return {
+        i: tuple(j for j in (i - 1, i + 1) if 0 <= j < len(turns) and session[j] == session[i])
+        for i in range(len(turns))
+    }
 
 
 def cached_vectors(embedder, texts: list[str]) -> np.ndarray:
@@ -82,6 +87,7 @@ def cached_vectors(embedder, texts: list[str]) -> np.ndarray:
 
 
 # ---- the rankings ---------------------------------------------------------------------------------
+
 
 def vector_rankings(doc: np.ndarray, queries: np.ndarray) -> list[list[tuple[int, float]]]:
     sims = queries @ doc.T
@@ -101,12 +107,14 @@ def fulltext_rankings(cursor, conv: int, variant: str, questions: list[str], mat
             "THEN replace(q::text, ' & ', ' | ')::tsquery ELSE q END AS q FROM parsed) "
             "SELECT idx, ts_rank(doc, tsq.q) AS rank FROM locomo_docs CROSS JOIN tsq "
             "WHERE conv = %s AND variant = %s AND doc @@ tsq.q ORDER BY rank DESC, idx DESC LIMIT %s",
-            [q, match == "any", conv, variant, DEPTH])
+            [q, match == "any", conv, variant, DEPTH],
+        )
         rankings.append([(int(i), float(r)) for i, r in cursor.fetchall()])
     return rankings
 
 
 # ---- configurations --------------------------------------------------------------------------------
+
 
 def hybrid_grid():
     fusions = [("rrf", {"k": k, "wv": wv}) for k in (10, 60) for wv in (0.3, 0.5, 0.7)]
@@ -114,14 +122,29 @@ def hybrid_grid():
     fusions += [("z", {"wv": wv}) for wv in (0.3, 0.5, 0.7)]
     fusions += [("confident", {"threshold": t}) for t in (2.0, 4.0)]
     for vec, ft, depth, (kind, params), boost in itertools.product(
-            TEXT_VARIANTS, FULLTEXT_VARIANTS, (50, 100), fusions, BOOSTS):
-        yield {"vector": vec, "fulltext": ft, "depth": depth, "fusion": kind, **params, "boost": boost}
+        TEXT_VARIANTS, FULLTEXT_VARIANTS, (50, 100), fusions, BOOSTS
+    ):
+        yield {
+            "vector": vec,
+            "fulltext": ft,
+            "depth": depth,
+            "fusion": kind,
+            **params,
+            "boost": boost,
+        }
 
 
 BOOSTS = (0.0, 0.15, 0.3, 0.5)
 HYBRIDS = {"hybrid": "vec", "hybrid-lexical": "lex"}  # mode: the vectors fused with full-text
-REFERENCE = {"vector": "turn", "fulltext": "turn", "depth": 50, "fusion": "rrf", "k": 60, "wv": 0.5,
-             "boost": 0.0}
+REFERENCE = {
+    "vector": "turn",
+    "fulltext": "turn",
+    "depth": 50,
+    "fusion": "rrf",
+    "k": 60,
+    "wv": 0.5,
+    "boost": 0.0,
+}
 
 
 def fuse(config: dict, vec: list, ft: list, neighbours: dict) -> list:
@@ -134,8 +157,9 @@ def fuse(config: dict, vec: list, ft: list, neighbours: dict) -> list:
     elif kind in ("minmax", "z"):
         fused = fusion.combsum(rankings, weights=weights, method=kind)
     else:
-        fused = fusion.confident_choice(rankings, fusion.weighted_rrf(rankings, k=60),
-                                        threshold=config["threshold"])
+        fused = fusion.confident_choice(
+            rankings, fusion.weighted_rrf(rankings, k=60), threshold=config["threshold"]
+        )
     return fusion.neighbour_boost(fused, neighbours, weight=config["boost"])
 
 
@@ -151,6 +175,7 @@ def describe(config: dict) -> str:
 
 # ---- the run ---------------------------------------------------------------------------------------
 
+
 def run(conversations: list[tuple[str, list[dict], list[dict]]], out: Path | None = None) -> str:
     """``conversations``: ``(sample id, turns, questions)`` as ``load_conversation`` gives them."""
     from django.db import connection
@@ -162,32 +187,52 @@ def run(conversations: list[tuple[str, list[dict], list[dict]]], out: Path | Non
     convs = []
     for sample, turns, questions in conversations:
         index = {t["metadata"]["dia_id"]: i for i, t in enumerate(turns)}
-        qs = [{"text": q["question"], "evidence": {index[e] for e in q["evidence"]},
-               "category": q["category"]} for q in questions]
-        convs.append({"sample": sample, "turns": turns, "questions": qs,
-                      "neighbours": neighbour_map(turns),
-                      "texts": {v: indexed_texts(turns, v) for v in TEXT_VARIANTS}})
+        qs = [
+            {
+                "text": q["question"],
+                "evidence": {index[e] for e in q["evidence"]},
+                "category": q["category"],
+            }
+            for q in questions
+        ]
+        convs.append(
+            {
+                "sample": sample,
+                "turns": turns,
+                "questions": qs,
+                "neighbours": neighbour_map(turns),
+                "texts": {v: indexed_texts(turns, v) for v in TEXT_VARIANTS},
+            }
+        )
 
     # Rankings of every question, per mode and variant.
     with connection.cursor() as cursor:
-        cursor.execute("CREATE TEMP TABLE locomo_docs (conv int, variant text, idx int, doc tsvector)")
+        cursor.execute(
+            "CREATE TEMP TABLE locomo_docs (conv int, variant text, idx int, doc tsvector)"
+        )
         for c, conv in enumerate(convs):
             for v in FULLTEXT_VARIANTS:
                 cursor.executemany(
                     "INSERT INTO locomo_docs VALUES (%s, %s, %s, to_tsvector('english'::regconfig, %s))",
-                    [(c, v, i, text) for i, text in enumerate(conv["texts"][v])])
+                    [(c, v, i, text) for i, text in enumerate(conv["texts"][v])],
+                )
         cursor.execute("CREATE INDEX ON locomo_docs (conv, variant)")
         for c, conv in enumerate(convs):
             texts = [q["text"] for q in conv["questions"]]
-            conv["ft"] = {(v, m): fulltext_rankings(cursor, c, v, texts, m)
-                          for v in FULLTEXT_VARIANTS for m in ("any", "all")}
+            conv["ft"] = {
+                (v, m): fulltext_rankings(cursor, c, v, texts, m)
+                for v in FULLTEXT_VARIANTS
+                for m in ("any", "all")
+            }
         cursor.execute("DROP TABLE locomo_docs")
     for conv in convs:
         texts = [q["text"] for q in conv["questions"]]
         for name, embedder in (("vec", minilm), ("lex", lexical)):
             queries = cached_vectors(embedder, texts)
-            conv[name] = {v: vector_rankings(cached_vectors(embedder, conv["texts"][v]), queries)
-                          for v in TEXT_VARIANTS}
+            conv[name] = {
+                v: vector_rankings(cached_vectors(embedder, conv["texts"][v]), queries)
+                for v in TEXT_VARIANTS
+            }
     print(f"rankings ready in {time.perf_counter() - started:.1f}s", file=sys.stderr)
 
     # Per configuration, per question: (recall@5, recall@10, hit@10).
@@ -214,36 +259,55 @@ def run(conversations: list[tuple[str, list[dict], list[dict]]], out: Path | Non
                     elif mode == "fulltext":
                         ranked = conv["ft"][(config["indexed"], config["match"])][qi]
                     else:
-                        ranked = fuse(config, conv[HYBRIDS[mode]][config["vector"]][qi],
-                                      conv["ft"][(config["fulltext"], "any")][qi], conv["neighbours"])
+                        ranked = fuse(
+                            config,
+                            conv[HYBRIDS[mode]][config["vector"]][qi],
+                            conv["ft"][(config["fulltext"], "any")][qi],
+                            conv["neighbours"],
+                        )
                     rows.append(metrics([i for i, _ in ranked[:10]], q["evidence"]))
                 per_conv.append(np.asarray(rows))
             scores[mode].append(per_conv)
-    print(f"{sum(len(g) for g in grids.values())} configurations scored in "
-          f"{time.perf_counter() - t0:.1f}s", file=sys.stderr)
+    print(
+        f"{sum(len(g) for g in grids.values())} configurations scored in "
+        f"{time.perf_counter() - t0:.1f}s",
+        file=sys.stderr,
+    )
 
     # Leave one conversation out: choose on the other four (their questions pooled), report here.
     folds: dict[str, list[dict]] = {}
     for mode, grid in grids.items():
         folds[mode] = []
         for held in range(len(convs)):
+
             def train_recall(ci, held=held, mode=mode):
                 rows = np.concatenate([scores[mode][ci][c] for c in range(len(convs)) if c != held])
                 return rows[:, 1].mean()
+
             best = max(range(len(grid)), key=lambda ci: (train_recall(ci), -ci))
             test = scores[mode][best][held].mean(axis=0)
-            folds[mode].append({"config": grid[best], "r5": test[0], "r10": test[1], "hit10": test[2],
-                                "train_r10": train_recall(best)})
+            folds[mode].append(
+                {
+                    "config": grid[best],
+                    "r5": test[0],
+                    "r10": test[1],
+                    "hit10": test[2],
+                    "train_r10": train_recall(best),
+                }
+            )
     # Fixed configurations: today's settings, and per hybrid mode the folds' most frequent choice
     # (what a default would be). Their per-conversation figures are not held out in the strict
     # sense (the choice saw every conversation but one, five times), hence reported apart.
     reference, fixed = {}, {}
     for mode in HYBRIDS:
-        reference[f"{mode}, today's settings"] = [scores[mode][0][c].mean(axis=0) for c in range(len(convs))]
+        reference[f"{mode}, today's settings"] = [
+            scores[mode][0][c].mean(axis=0) for c in range(len(convs))
+        ]
         fixed[mode] = Counter(describe(f["config"]) for f in folds[mode]).most_common(1)[0][0]
         index = next(i for i, g in enumerate(grids[mode]) if describe(g) == fixed[mode])
         reference[f"{mode}, the folds' most frequent choice"] = [
-            scores[mode][index][c].mean(axis=0) for c in range(len(convs))]
+            scores[mode][index][c].mean(axis=0) for c in range(len(convs))
+        ]
 
     report = render(convs, folds, reference, fixed, grids)
     print(report)
@@ -258,11 +322,13 @@ def render(convs, folds, reference, fixed, grids) -> str:
     samples = [c["sample"] for c in convs]
     n_q = sum(len(c["questions"]) for c in convs)
     lines = [
-        "# LoCoMo recall, leave one conversation out", "",
+        "# LoCoMo recall, leave one conversation out",
+        "",
         f"{len(convs)} conversations ({', '.join(map(str, samples))}), {n_q} questions of categories "
         "1-4. For each held-out conversation every parameter is chosen on the other four (best "
         "recall@10 over their questions) and measured on it. Mean over the five held-out folds, "
-        "with the worst and best fold.", "",
+        "with the worst and best fold.",
+        "",
         "| mode | recall@5 | recall@10 (min-max) | hit@10 (min-max) | configurations tried |",
         "|---|---:|---:|---:|---:|",
     ]
@@ -270,34 +336,58 @@ def render(convs, folds, reference, fixed, grids) -> str:
         r5 = [f["r5"] for f in fs]
         r10 = [f["r10"] for f in fs]
         h10 = [f["hit10"] for f in fs]
-        lines.append(f"| {mode} | {statistics.fmean(r5):.3f} | {statistics.fmean(r10):.3f} "
-                     f"({min(r10):.3f}-{max(r10):.3f}) | {statistics.fmean(h10):.3f} "
-                     f"({min(h10):.3f}-{max(h10):.3f}) | {len(grids[mode])} |")
+        lines.append(
+            f"| {mode} | {statistics.fmean(r5):.3f} | {statistics.fmean(r10):.3f} "
+            f"({min(r10):.3f}-{max(r10):.3f}) | {statistics.fmean(h10):.3f} "
+            f"({min(h10):.3f}-{max(h10):.3f}) | {len(grids[mode])} |"
+        )
     fixed_names = [f"{mode}, the folds' most frequent choice" for mode in HYBRIDS]
-    lines += ["", "Held-out recall@10 per fold (the conversation held out), the fixed most frequent "
-              "choices beside them, and whether each hybrid is at least the best single mode there:", "",
-              "| held out | " + " | ".join(folds) + " | hybrid fixed | hybrid-lexical fixed | hybrid >= best single |",
-              "|---|" + "---:|" * (len(folds) + 2) + "---|"]
+    lines += [
+        "",
+        "Held-out recall@10 per fold (the conversation held out), the fixed most frequent "
+        "choices beside them, and whether each hybrid is at least the best single mode there:",
+        "",
+        "| held out | "
+        + " | ".join(folds)
+        + " | hybrid fixed | hybrid-lexical fixed | hybrid >= best single |",
+        "|---|" + "---:|" * (len(folds) + 2) + "---|",
+    ]
     for i, sample in enumerate(samples):
         single = max(folds[m][i]["r10"] for m in ("lexical", "fulltext", "vector"))
-        values = [folds["hybrid"][i]["r10"], folds["hybrid-lexical"][i]["r10"],
-                  *(reference[name][i][1] for name in fixed_names)]
+        values = [
+            folds["hybrid"][i]["r10"],
+            folds["hybrid-lexical"][i]["r10"],
+            *(reference[name][i][1] for name in fixed_names),
+        ]
         ok = "yes" if min(values) >= single - 1e-12 else "**no**"
-        lines.append(f"| {sample} | " + " | ".join(f"{folds[m][i]['r10']:.3f}" for m in folds) + " | "
-                     + " | ".join(f"{reference[name][i][1]:.3f}" for name in fixed_names) + f" | {ok} (all four) |")
-    lines += ["", "Fixed hybrid configurations, measured per conversation (not chosen per fold):", "",
-              "| configuration | mean recall@5 | mean recall@10 (min-max) | mean hit@10 |", "|---|---:|---:|---:|"]
+        lines.append(
+            f"| {sample} | "
+            + " | ".join(f"{folds[m][i]['r10']:.3f}" for m in folds)
+            + " | "
+            + " | ".join(f"{reference[name][i][1]:.3f}" for name in fixed_names)
+            + f" | {ok} (all four) |"
+        )
+    lines += [
+        "",
+        "Fixed hybrid configurations, measured per conversation (not chosen per fold):",
+        "",
+        "| configuration | mean recall@5 | mean recall@10 (min-max) | mean hit@10 |",
+        "|---|---:|---:|---:|",
+    ]
     for name, rows in reference.items():
         r10 = [r[1] for r in rows]
-        lines.append(f"| {name} | {statistics.fmean(r[0] for r in rows):.3f} | {statistics.fmean(r10):.3f} "
-                     f"({min(r10):.3f}-{max(r10):.3f}) | {statistics.fmean(r[2] for r in rows):.3f} |")
+        lines.append(
+            f"| {name} | {statistics.fmean(r[0] for r in rows):.3f} | {statistics.fmean(r10):.3f} "
+            f"({min(r10):.3f}-{max(r10):.3f}) | {statistics.fmean(r[2] for r in rows):.3f} |"
+        )
     lines += ["", f"Today's settings: {describe(REFERENCE)}."]
     lines += [f"Most frequent choice, {mode}: {choice}." for mode, choice in fixed.items()]
-    lines += [
-              "", "What each fold chose (recall@10 on its four training conversations):", ""]
+    lines += ["", "What each fold chose (recall@10 on its four training conversations):", ""]
     for mode, fs in folds.items():
         for i, f in enumerate(fs):
-            lines.append(f"- {mode}, held out {samples[i]}: {describe(f['config'])} "
-                         f"(train {f['train_r10']:.3f})")
+            lines.append(
+                f"- {mode}, held out {samples[i]}: {describe(f['config'])} "
+                f"(train {f['train_r10']:.3f})"
+            )
     lines += ["", "Reproduce: `python bench/locomo_recall.py --folds`.", ""]
     return "\n".join(lines)

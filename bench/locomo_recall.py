@@ -62,43 +62,65 @@ def load_conversation(path: Path) -> tuple[str, list[dict], list[dict]]:
     data = json.loads(path.read_text())
     conversation = data.get("conversation", data)  # the original release nests it
     speaker_a = conversation["speaker_a"]
-    numbers = sorted(int(k.split("_")[1]) for k in conversation
-                     if re.fullmatch(r"session_\d+", k) and isinstance(conversation[k], list))
+    numbers = sorted(
+        int(k.split("_")[1])
+        for k in conversation
+        if re.fullmatch(r"session_\d+", k) and isinstance(conversation[k], list)
+    )
     turns = []
     for n in numbers:
         for turn in conversation[f"session_{n}"]:
             text = f"{turn['speaker']}: {turn['text']}"
             if turn.get("blip_caption"):
                 text += f" [shares {turn['blip_caption']}]"
-            turns.append({
-                "role": "user" if turn["speaker"] == speaker_a else "assistant",
-                "content": text,
-                "metadata": {"dia_id": turn["dia_id"], "speaker": turn["speaker"],
-                             "session_date": conversation.get(f"session_{n}_date_time", "")},
-            })
+            turns.append(
+                {
+                    "role": "user" if turn["speaker"] == speaker_a else "assistant",
+                    "content": text,
+                    "metadata": {
+                        "dia_id": turn["dia_id"],
+                        "speaker": turn["speaker"],
+                        "session_date": conversation.get(f"session_{n}_date_time", ""),
+                    },
+                }
+            )
     known = {t["metadata"]["dia_id"] for t in turns}
     questions = []
     for qa in data["qa"]:
         if qa.get("category") not in CATEGORIES:
             continue
-        evidence = {e for item in qa.get("evidence") or [] for e in DIA_ID.findall(str(item))} & known
+        evidence = {
+            e for item in qa.get("evidence") or [] for e in DIA_ID.findall(str(item))
+        } & known
         if evidence:
-            questions.append({"question": qa["question"], "evidence": evidence,
-                              "category": qa["category"]})
+            questions.append(
+                {"question": qa["question"], "evidence": evidence, "category": qa["category"]}
+            )
     return data.get("sample_id", path.stem), turns, questions
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", type=Path, default=ROOT / "bench" / "data" / "locomo",
-                        help="folder of LoCoMo conversation files (*.json)")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "locomo.md",
-                        help="markdown report to write")
+    parser.add_argument(
+        "--data",
+        type=Path,
+        default=ROOT / "bench" / "data" / "locomo",
+        help="folder of LoCoMo conversation files (*.json)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=ROOT / "bench" / "results" / "locomo.md",
+        help="markdown report to write",
+    )
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated modes to run")
     parser.add_argument("--keep", action="store_true", help="keep the benchmark sessions")
-    parser.add_argument("--folds", action="store_true",
-                        help="leave-one-conversation-out: tune on four, report on the fifth "
-                             "(writes bench/results/locomo-folds.md unless --out is given)")
+    parser.add_argument(
+        "--folds",
+        action="store_true",
+        help="leave-one-conversation-out: tune on four, report on the fifth "
+        "(writes bench/results/locomo-folds.md unless --out is given)",
+    )
     args = parser.parse_args()
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     unknown = set(modes) - set(MODES)
@@ -114,7 +136,11 @@ def main() -> int:
     if args.folds:
         from bench import locomo_folds
 
-        out = args.out if args.out != parser.get_default("out") else args.out.with_name("locomo-folds.md")
+        out = (
+            args.out
+            if args.out != parser.get_default("out")
+            else args.out.with_name("locomo-folds.md")
+        )
         locomo_folds.run([load_conversation(path) for path in files], out)
         return 0
     from django.core.management import call_command
@@ -132,14 +158,17 @@ def main() -> int:
             sample, turns, questions = load_conversation(path)
             mem = Memory.create(str(sample), namespace=namespace, title=f"LoCoMo {sample}")
             for start in range(0, len(turns), 1000):
-                mem.add_many(turns[start:start + 1000])
+                mem.add_many(turns[start : start + 1000])
             by_cursor = {m.cursor: m.metadata["dia_id"] for m in mem.messages()}
             conversations.append((sample, mem, questions, by_cursor))
     load_seconds = time.perf_counter() - started
     n_turns = sum(len(c[3]) for c in conversations)
     n_questions = sum(len(c[2]) for c in conversations)
-    print(f"loaded {len(conversations)} conversations, {n_turns} turns, {n_questions} questions "
-          f"(categories 1-4) in {load_seconds:.1f}s", file=sys.stderr)
+    print(
+        f"loaded {len(conversations)} conversations, {n_turns} turns, {n_questions} questions "
+        f"(categories 1-4) in {load_seconds:.1f}s",
+        file=sys.stderr,
+    )
 
     embed_seconds: dict[str, float] = {}
     scores: dict[str, dict] = {}
@@ -152,12 +181,18 @@ def main() -> int:
                     for _, mem, _, _ in conversations:
                         mem.embed()
                     embed_seconds[embedder] = time.perf_counter() - t0
-                    print(f"embedded with {embedder.rsplit('.', 1)[1]} in "
-                          f"{embed_seconds[embedder]:.1f}s", file=sys.stderr)
+                    print(
+                        f"embedded with {embedder.rsplit('.', 1)[1]} in "
+                        f"{embed_seconds[embedder]:.1f}s",
+                        file=sys.stderr,
+                    )
                 scores[name] = evaluate(conversations, search_mode)
             s = scores[name]
-            print(f"{name:15s} R@5 {s['recall'][5]:.3f}  R@10 {s['recall'][10]:.3f}  "
-                  f"hit@5 {s['hit'][5]:.3f}  hit@10 {s['hit'][10]:.3f}", file=sys.stderr)
+            print(
+                f"{name:15s} R@5 {s['recall'][5]:.3f}  R@10 {s['recall'][10]:.3f}  "
+                f"hit@5 {s['hit'][5]:.3f}  hit@10 {s['hit'][10]:.3f}",
+                file=sys.stderr,
+            )
     finally:
         if not args.keep:
             for _, mem, _, _ in conversations:
@@ -165,14 +200,19 @@ def main() -> int:
 
     with connection.cursor() as cursor:
         cursor.execute("SELECT version()")
-        server = cursor.fetchone()[0].split(" on ")[0] if connection.vendor == "postgresql" else connection.vendor
+        server = (
+            cursor.fetchone()[0].split(" on ")[0]
+            if connection.vendor == "postgresql"
+            else connection.vendor
+        )
         pgvector = ""
         if connection.vendor == "postgresql":
             cursor.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
             row = cursor.fetchone()
             pgvector = f", pgvector {row[0]}" if row else ""
-    report = render(scores, modes, conversations, n_turns, n_questions, embed_seconds,
-                    f"{server}{pgvector}")
+    report = render(
+        scores, modes, conversations, n_turns, n_questions, embed_seconds, f"{server}{pgvector}"
+    )
     print(report)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(report)
@@ -200,7 +240,9 @@ def evaluate(conversations, search_mode: str) -> dict:
     return {
         "recall": {k: statistics.fmean(v) for k, v in recall.items()},
         "hit": {k: statistics.fmean(v) for k, v in hit.items()},
-        "category": {c: {k: statistics.fmean(v) for k, v in ks.items()} for c, ks in per_category.items()},
+        "category": {
+            c: {k: statistics.fmean(v) for k, v in ks.items()} for c, ks in per_category.items()
+        },
         "count": {c: len(ks[KS[0]]) for c, ks in per_category.items()},
         "latency_ms": 1000 * statistics.median(latencies),
     }
@@ -231,19 +273,33 @@ def render(scores, modes, conversations, n_turns, n_questions, embed_seconds, se
     ]
     for name in modes:
         s = scores[name]
-        lines.append(f"| {name} | {DESCRIPTIONS[name]} | {s['recall'][5]:.3f} | {s['recall'][10]:.3f} "
-                     f"| {s['hit'][5]:.3f} | {s['hit'][10]:.3f} | {s['latency_ms']:.1f} ms |")
+        lines.append(
+            f"| {name} | {DESCRIPTIONS[name]} | {s['recall'][5]:.3f} | {s['recall'][10]:.3f} "
+            f"| {s['hit'][5]:.3f} | {s['hit'][10]:.3f} | {s['latency_ms']:.1f} ms |"
+        )
     categories = sorted({c for s in scores.values() for c in s["category"]})
     counts = next(iter(scores.values()))["count"] if scores else {}
-    lines += ["", "recall@10 by question category:", "",
-              "| mode | " + " | ".join(f"{c} {CATEGORIES[c]} (n={counts.get(c, 0)})" for c in categories) + " |",
-              "|---|" + "---:|" * len(categories)]
+    lines += [
+        "",
+        "recall@10 by question category:",
+        "",
+        "| mode | "
+        + " | ".join(f"{c} {CATEGORIES[c]} (n={counts.get(c, 0)})" for c in categories)
+        + " |",
+        "|---|" + "---:|" * len(categories),
+    ]
     for name in modes:
         cat = scores[name]["category"]
         lines.append(f"| {name} | " + " | ".join(f"{cat[c][10]:.3f}" for c in categories) + " |")
-    lines += ["", f"Embedding time (all turns, {os.cpu_count()} CPU cores): " + ", ".join(
-        f"{e.rsplit('.', 1)[1]} {s:.1f}s" for e, s in embed_seconds.items()) + f". Database: {server}.",
-        "", "Reproduce: `python bench/locomo_recall.py` (data: `--data`, default bench/data/locomo).", ""]
+    lines += [
+        "",
+        f"Embedding time (all turns, {os.cpu_count()} CPU cores): "
+        + ", ".join(f"{e.rsplit('.', 1)[1]} {s:.1f}s" for e, s in embed_seconds.items())
+        + f". Database: {server}.",
+        "",
+        "Reproduce: `python bench/locomo_recall.py` (data: `--data`, default bench/data/locomo).",
+        "",
+    ]
     return "\n".join(lines)
 
 

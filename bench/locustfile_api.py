@@ -36,18 +36,29 @@ class MemoryClient(FastHttpUser):
         self.sent += 1
         content = f"{self.session_id[:8]} message {self.sent}: {WORDS}"
         message = {"role": "user" if self.sent % 2 else "assistant", "content": content}
-        with self.client.post(self.session_url + "messages/", json=message, headers=self.headers,
-                              name="append", catch_response=True) as response:
+        with self.client.post(
+            self.session_url + "messages/",
+            json=message,
+            headers=self.headers,
+            name="append",
+            catch_response=True,
+        ) as response:
             if response.status_code == 201:
-                ACKNOWLEDGED.append((self.session_id, response.json()["messages"][0]["cursor"], content))
+                ACKNOWLEDGED.append(
+                    (self.session_id, response.json()["messages"][0]["cursor"], content)
+                )
                 response.success()
             else:
                 response.failure(f"HTTP {response.status_code}")
 
     @task(1)
     def window(self) -> None:
-        with self.client.get(self.session_url + "window/?max_tokens=2000", headers=self.headers,
-                             name="window", catch_response=True) as response:
+        with self.client.get(
+            self.session_url + "window/?max_tokens=2000",
+            headers=self.headers,
+            name="window",
+            catch_response=True,
+        ) as response:
             if response.status_code == 200 and response.json()["messages"]:
                 response.success()
             elif response.status_code == 200 and self.sent == 0:

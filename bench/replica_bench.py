@@ -38,8 +38,10 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 KINDS = ("owner_search", "admin_list", "window", "append")
 WEIGHTS = (45, 25, 25, 5)
-WORDS = ("parcel courier refund invoice address delivery tracking warehouse label customs "
-         "payment card voucher return exchange size colour damage late early").split()
+WORDS = (
+    "parcel courier refund invoice address delivery tracking warehouse label customs "
+    "payment card voucher return exchange size colour damage late early"
+).split()
 
 
 def worker(mode: str, ops: int, seed: int) -> dict:
@@ -67,10 +69,13 @@ def worker(mode: str, ops: int, seed: int) -> dict:
         def wrapper(execute, sql, params, many, context):
             counts[alias] += 1
             return execute(sql, params, many, context)
+
         return wrapper
 
-    wrappers = [connections[a].execute_wrapper(count_queries(k))
-                for a, k in (("default", "primary"), ("replica", "replica"))]
+    wrappers = [
+        connections[a].execute_wrapper(count_queries(k))
+        for a, k in (("default", "primary"), ("replica", "replica"))
+    ]
     for w in wrappers:
         w.__enter__()
     started = time.perf_counter()
@@ -80,16 +85,30 @@ def worker(mode: str, ops: int, seed: int) -> dict:
         t0 = time.perf_counter()
         with unpinned():  # each operation is its own request or task
             if kind == "owner_search":
-                Memory.get(sid, owner=owner).search(" ".join(rng.sample(WORDS, 2)), scope="owner", limit=10)
+                Memory.get(sid, owner=owner).search(
+                    " ".join(rng.sample(WORDS, 2)), scope="owner", limit=10
+                )
             elif kind == "admin_list":
                 with stale_reads():
-                    list(Session.objects.select_related("owner").order_by("-updated_at")
-                         .values("pk", "key", "title", "message_count", "token_count", "updated_at",
-                                 "owner__username")[:50])
+                    list(
+                        Session.objects.select_related("owner")
+                        .order_by("-updated_at")
+                        .values(
+                            "pk",
+                            "key",
+                            "title",
+                            "message_count",
+                            "token_count",
+                            "updated_at",
+                            "owner__username",
+                        )[:50]
+                    )
             elif kind == "window":
                 Memory.get(sid, owner=owner).window(max_tokens=2000)
             else:
-                Memory.get(sid, owner=owner).add({"role": "user", "content": " ".join(rng.sample(WORDS, 6))})
+                Memory.get(sid, owner=owner).add(
+                    {"role": "user", "content": " ".join(rng.sample(WORDS, 6))}
+                )
         timings[kind].append((time.perf_counter() - t0) * 1000)
     elapsed = time.perf_counter() - started
     for w in wrappers:
@@ -112,15 +131,38 @@ def load(sessions: int, messages: int) -> None:
     rng = random.Random(0)
     for s in range(sessions):
         mem = Memory.session(f"s{s}", owner=owner, namespace="bench")
-        mem.add_many([{"role": "user" if i % 2 == 0 else "assistant",
-                       "content": " ".join(rng.sample(WORDS, 8))} for i in range(messages)])
+        mem.add_many(
+            [
+                {
+                    "role": "user" if i % 2 == 0 else "assistant",
+                    "content": " ".join(rng.sample(WORDS, 8)),
+                }
+                for i in range(messages)
+            ]
+        )
 
 
 def run_mode(env: dict, mode: str, workers: int, ops: int, round_: int) -> dict:
-    procs = [subprocess.Popen([sys.executable, __file__, "--worker", mode, "--ops", str(ops),
-                               "--seed", str(1000 * round_ + i)], cwd=ROOT, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-             for i in range(workers)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                __file__,
+                "--worker",
+                mode,
+                "--ops",
+                str(ops),
+                "--seed",
+                str(1000 * round_ + i),
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        for i in range(workers)
+    ]
     started = time.perf_counter()
     results = [json.loads(p.communicate(timeout=900)[0].strip().splitlines()[-1]) for p in procs]
     wall = time.perf_counter() - started
@@ -130,7 +172,11 @@ def run_mode(env: dict, mode: str, workers: int, ops: int, round_: int) -> dict:
         "mode": mode,
         "throughput": total_ops / max(r["elapsed"] for r in results),
         "wall": wall,
-        "latency": {k: (statistics.median(v), sorted(v)[max(0, int(len(v) * 0.95) - 1)]) for k, v in merged.items() if v},
+        "latency": {
+            k: (statistics.median(v), sorted(v)[max(0, int(len(v) * 0.95) - 1)])
+            for k, v in merged.items()
+            if v
+        },
         "queries": {a: sum(r["queries"][a] for r in results) for a in ("primary", "replica")},
     }
 
@@ -158,20 +204,41 @@ def main() -> None:
     pair = StreamingPair(Path(tempfile.mkdtemp(prefix="memory-replica-bench-")))
     try:
         pair.start()
-        env = {**os.environ, "DATABASE_URL": pair.primary_url, "REPLICA_DATABASE_URL": pair.replica_url,
-               "DJANGO_SETTINGS_MODULE": "project.settings", "MEMORY_APP_JSON": "{}",
-               "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+        env = {
+            **os.environ,
+            "DATABASE_URL": pair.primary_url,
+            "REPLICA_DATABASE_URL": pair.replica_url,
+            "DJANGO_SETTINGS_MODULE": "project.settings",
+            "MEMORY_APP_JSON": "{}",
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+        }
         for name in ("CELERY_BROKER_URL", "REDIS_URL", "DB_TRANSACTION_POOLER"):
             env.pop(name, None)
-        subprocess.run([sys.executable, __file__, "--load", "--sessions", str(args.sessions),
-                        "--messages", str(args.messages)], cwd=ROOT, env=env, check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--load",
+                "--sessions",
+                str(args.sessions),
+                "--messages",
+                str(args.messages),
+            ],
+            cwd=ROOT,
+            env=env,
+            check=True,
+        )
         target = pair.primary_sql("SELECT pg_current_wal_lsn()")
         while pair.replica_sql(f"SELECT pg_last_wal_replay_lsn() >= '{target}'::pg_lsn") != "t":
             time.sleep(0.05)
         for mode in ("primary", "replica"):  # warm both servers' caches; not reported
             run_mode(env, mode, args.workers, max(10, args.ops // 10), 99)
-        runs = [run_mode(env, mode, args.workers, args.ops, r)
-                for r in range(args.rounds) for mode in ("primary", "replica")]
+        runs = [
+            run_mode(env, mode, args.workers, args.ops, r)
+            for r in range(args.rounds)
+            for mode in ("primary", "replica")
+        ]
     finally:
         pair.stop()
 
@@ -189,8 +256,11 @@ def main() -> None:
     for index, run in enumerate(runs):
         lat = run["latency"]
         cells = [f"{lat[k][0]:.1f} / {lat[k][1]:.1f}" if k in lat else "-" for k in KINDS]
-        lines.append(f"| {run['mode']} | {index // 2 + 1} | {run['throughput']:.0f} | " + " | ".join(cells)
-                     + f" | {run['queries']['primary']} / {run['queries']['replica']} |")
+        lines.append(
+            f"| {run['mode']} | {index // 2 + 1} | {run['throughput']:.0f} | "
+            + " | ".join(cells)
+            + f" | {run['queries']['primary']} / {run['queries']['replica']} |"
+        )
     text = "\n".join(lines) + "\n"
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "replica.md").write_text(text)

@@ -91,6 +91,7 @@ def owner_name(mode: Mode, index) -> str:
 
 # -- the data ---------------------------------------------------------------------------------
 
+
 def unit(rows: np.ndarray) -> np.ndarray:
     return (rows / np.linalg.norm(rows, axis=-1, keepdims=True)).astype(np.float32)
 
@@ -104,19 +105,27 @@ class World:
         # them; no region of the space is cut off from the rest.
         shared = unit(rng.standard_normal(DIMS))
         themes = unit(rng.standard_normal((THEMES, DIMS)))
-        topics = unit(themes[np.arange(TOPICS) % THEMES] + 0.8 * unit(rng.standard_normal((TOPICS, DIMS))))
+        topics = unit(
+            themes[np.arange(TOPICS) % THEMES] + 0.8 * unit(rng.standard_normal((TOPICS, DIMS)))
+        )
         self.centres = unit(topics + 0.5 * shared)
-        self.owner_topics = [rng.choice(TOPICS, TOPICS_PER_OWNER, replace=False) for _ in range(OWNERS)]
+        self.owner_topics = [
+            rng.choice(TOPICS, TOPICS_PER_OWNER, replace=False) for _ in range(OWNERS)
+        ]
 
-    def sample(self, rng: np.random.Generator, topics: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
+    def sample(
+        self, rng: np.random.Generator, topics: np.ndarray, count: int
+    ) -> tuple[np.ndarray, np.ndarray]:
         """``count`` unit vectors around centres picked from ``topics``, and their topics."""
         picked = rng.choice(topics, count)
         noise = rng.standard_normal((count, DIMS)) * (NOISE / np.sqrt(DIMS))
         return unit(self.centres[picked] + noise), picked
 
 
-WORDS = ("plan budget trip garden recipe meeting deadline invoice doctor school train concert "
-         "report holiday laptop coffee friend project weekend music book movie sister office").split()
+WORDS = (
+    "plan budget trip garden recipe meeting deadline invoice doctor school train concert "
+    "report holiday laptop coffee friend project weekend music book movie sister office"
+).split()
 
 
 def load(mode: Mode, settings_dict: dict, world: World) -> None:
@@ -133,7 +142,9 @@ def load(mode: Mode, settings_dict: dict, world: World) -> None:
         log(f"reusing {have:,} stored vectors of {model}")
         return
     if have:
-        raise SystemExit(f"{model}: {have} vectors stored, expected {mode.messages}; run with --fresh")
+        raise SystemExit(
+            f"{model}: {have} vectors stored, expected {mode.messages}; run with --fresh"
+        )
     log(f"loading {mode.messages:,} messages with vectors")
     began = time.perf_counter()
     User = get_user_model()
@@ -143,28 +154,51 @@ def load(mode: Mode, settings_dict: dict, world: World) -> None:
         conn.execute("SET synchronous_commit = off")
         for o in range(OWNERS):
             owner, _ = User.objects.get_or_create(username=owner_name(mode, o))
-            sessions = Session.objects.bulk_create([
-                Session(owner=owner, key=f"s{s}", next_seq=mode.per_session + 1,
-                        message_count=mode.per_session)
-                for s in range(mode.sessions_per_owner)
-            ])
+            sessions = Session.objects.bulk_create(
+                [
+                    Session(
+                        owner=owner,
+                        key=f"s{s}",
+                        next_seq=mode.per_session + 1,
+                        message_count=mode.per_session,
+                    )
+                    for s in range(mode.sessions_per_owner)
+                ]
+            )
             with conn.cursor() as cur:
                 for session in sessions:
                     topics = rng.choice(world.owner_topics[o], TOPICS_PER_SESSION, replace=False)
                     vectors, picked = world.sample(rng, topics, mode.per_session)
                     roles = ["user" if i % 2 == 0 else "assistant" for i in range(mode.per_session)]
                     texts = [f"topic {t}: " + " ".join(rng.choice(WORDS, 8)) for t in picked]
-                    with cur.copy("COPY memory_app_message (session_id, seq, role, content, name, "
-                                  "tool_call_id, metadata, token_count, remember) FROM STDIN") as copy:
+                    with cur.copy(
+                        "COPY memory_app_message (session_id, seq, role, content, name, "
+                        "tool_call_id, metadata, token_count, remember) FROM STDIN"
+                    ) as copy:
                         for i in range(mode.per_session):
-                            copy.write_row((session.pk, i + 1, roles[i], texts[i], "", "", "{}", 12, False))
-                    cur.execute("SELECT id FROM memory_app_message WHERE session_id = %s ORDER BY seq",
-                                [session.pk])
+                            copy.write_row(
+                                (session.pk, i + 1, roles[i], texts[i], "", "", "{}", 12, False)
+                            )
+                    cur.execute(
+                        "SELECT id FROM memory_app_message WHERE session_id = %s ORDER BY seq",
+                        [session.pk],
+                    )
                     ids = [r[0] for r in cur.fetchall()]
-                    with cur.copy("COPY memory_app_embedding (message_id, session_id, owner_id, model, "
-                                  "dimensions, vector, created_at) FROM STDIN WITH (FORMAT BINARY)") as copy:
-                        copy.set_types(["bigint", "uuid", "integer", "varchar", "integer", "vector",
-                                        "timestamptz"])
+                    with cur.copy(
+                        "COPY memory_app_embedding (message_id, session_id, owner_id, model, "
+                        "dimensions, vector, created_at) FROM STDIN WITH (FORMAT BINARY)"
+                    ) as copy:
+                        copy.set_types(
+                            [
+                                "bigint",
+                                "uuid",
+                                "integer",
+                                "varchar",
+                                "integer",
+                                "vector",
+                                "timestamptz",
+                            ]
+                        )
                         now = time.time()
                         stamp = _utc(now)
                         for mid, vector in zip(ids, vectors, strict=True):
@@ -192,7 +226,9 @@ def queries(mode: Mode, world: World) -> list[tuple[int, str, np.ndarray]]:
     for i in range(mode.queries):
         o = i % OWNERS
         owned = Message.objects.filter(session__owner__username=owner_name(mode, o))
-        content = owned.order_by("id").values_list("content", flat=True)[int(rng.integers(owned.count()))]
+        content = owned.order_by("id").values_list("content", flat=True)[
+            int(rng.integers(owned.count()))
+        ]
         topic = int(content.split(":")[0].removeprefix("topic "))
         vectors, _ = world.sample(rng, np.array([topic]), 1)
         out.append((o, f"bench query {i}", vectors[0]))
@@ -220,12 +256,18 @@ BUILD_SETTINGS: dict = {}
 
 
 def app_settings(mode: Mode, **extra) -> dict:
-    return {"EMBEDDER": "bench.search_bench.QueryTableEmbedder",
-            "EMBEDDER_OPTIONS": {"name": model_name(mode), "dimensions": DIMS},
-            "EMBED_ON_APPEND": False, "IMPORTANCE_THRESHOLD": None, **BUILD_SETTINGS, **extra}
+    return {
+        "EMBEDDER": "bench.search_bench.QueryTableEmbedder",
+        "EMBEDDER_OPTIONS": {"name": model_name(mode), "dimensions": DIMS},
+        "EMBED_ON_APPEND": False,
+        "IMPORTANCE_THRESHOLD": None,
+        **BUILD_SETTINGS,
+        **extra,
+    }
 
 
 # -- measuring ---------------------------------------------------------------------------------
+
 
 def log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
@@ -264,8 +306,9 @@ def sessions_by_owner(mode: Mode):
 
     User = get_user_model()
     owners = {u.username: u for u in User.objects.filter(username__startswith=owner_name(mode, ""))}
-    return [Memory.session("s0", owner=owners[owner_name(mode, o)], create=False)
-            for o in range(OWNERS)]
+    return [
+        Memory.session("s0", owner=owners[owner_name(mode, o)], create=False) for o in range(OWNERS)
+    ]
 
 
 def exact(mode: Mode, owner_id: int, vector: np.ndarray) -> list[int]:
@@ -277,16 +320,25 @@ def exact(mode: Mode, owner_id: int, vector: np.ndarray) -> list[int]:
         cursor.execute(
             "SELECT message_id FROM memory_app_embedding WHERE model = %s AND owner_id = %s "
             "ORDER BY vector <=> %s::vector, message_id LIMIT %s",
-            [model_name(mode), owner_id, "[" + ",".join(map(repr, map(float, vector))) + "]", LIMIT],
+            [
+                model_name(mode),
+                owner_id,
+                "[" + ",".join(map(repr, map(float, vector))) + "]",
+                LIMIT,
+            ],
         )
         return [r[0] for r in cursor.fetchall()]
 
 
-def measure(mode: Mode, mems, qs, truth, ef_search: int, *, force_hnsw: bool, rounds: int = 2) -> dict:
+def measure(
+    mode: Mode, mems, qs, truth, ef_search: int, *, force_hnsw: bool, rounds: int = 2
+) -> dict:
     from django.test.utils import override_settings
 
-    with override_settings(MEMORY_APP=app_settings(mode, HNSW_EF_SEARCH=ef_search)), \
-            planner(force_hnsw):
+    with (
+        override_settings(MEMORY_APP=app_settings(mode, HNSW_EF_SEARCH=ef_search)),
+        planner(force_hnsw),
+    ):
         plan = plan_of_one_search(mode, mems[qs[0][0]], qs[0][1])
         uses_hnsw = "Index Scan using memory_emb_hnsw_" in plan
         for o, text, _ in qs[:20]:  # warm-up: caches, the index's upper layers
@@ -303,10 +355,18 @@ def measure(mode: Mode, mems, qs, truth, ef_search: int, *, force_hnsw: bool, ro
                     recalls.append(len(set(ids) & set(truth[text])) / LIMIT)
                     assert all(f.session_id in owner_sessions(mems[o]) for f in found)
     lat = Latency(samples)
-    return {"ef_search": ef_search, "forced": force_hnsw, "hnsw": uses_hnsw, "plan": plan,
-            "median": lat.median, "p99": lat.p99, "n": lat.count,
-            "recall": float(np.mean(recalls)), "min_recall": float(np.min(recalls)),
-            "min_count": min(counts)}
+    return {
+        "ef_search": ef_search,
+        "forced": force_hnsw,
+        "hnsw": uses_hnsw,
+        "plan": plan,
+        "median": lat.median,
+        "p99": lat.p99,
+        "n": lat.count,
+        "recall": float(np.mean(recalls)),
+        "min_recall": float(np.min(recalls)),
+        "min_count": min(counts),
+    }
 
 
 _SESSIONS: dict = {}
@@ -317,7 +377,8 @@ def owner_sessions(mem) -> set:
 
     if mem.session.owner_id not in _SESSIONS:
         _SESSIONS[mem.session.owner_id] = set(
-            Session.objects.filter(owner_id=mem.session.owner_id).values_list("pk", flat=True))
+            Session.objects.filter(owner_id=mem.session.owner_id).values_list("pk", flat=True)
+        )
     return _SESSIONS[mem.session.owner_id]
 
 
@@ -366,8 +427,13 @@ def plan_of_one_search(mode: Mode, mem, text: str) -> str:
 
 
 def rss_probe(quick: bool) -> dict:
-    out = subprocess.run([sys.executable, __file__, "--rss-probe", *(["--quick"] if quick else [])],
-                         capture_output=True, text=True, check=True, env=dict(os.environ))
+    out = subprocess.run(
+        [sys.executable, __file__, "--rss-probe", *(["--quick"] if quick else [])],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=dict(os.environ),
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -392,7 +458,9 @@ def probe_main(mode: Mode) -> None:
     backend = None
     try:
         with open(f"/proc/{pid}/status") as status:
-            backend = next(int(line.split()[1]) / 1024 for line in status if line.startswith("VmHWM:"))
+            backend = next(
+                int(line.split()[1]) / 1024 for line in status if line.startswith("VmHWM:")
+            )
     except OSError:
         pass  # a server on another machine
     print(json.dumps({"peak_rss_mb": peak_rss_mb(), "backend_peak_rss_mb": backend}))
@@ -400,18 +468,28 @@ def probe_main(mode: Mode) -> None:
 
 # -- main --------------------------------------------------------------------------------------
 
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="20,000 messages, 100 queries")
     parser.add_argument("--fresh", action="store_true", help="drop the bench_search database first")
-    parser.add_argument("--rebuild", action="store_true",
-                        help="drop and build the HNSW index again (after changing --m or --ef-construction)")
+    parser.add_argument(
+        "--rebuild",
+        action="store_true",
+        help="drop and build the HNSW index again (after changing --m or --ef-construction)",
+    )
     parser.add_argument("--m", type=int, help="HNSW_M for the index build (default: the app's)")
-    parser.add_argument("--ef-construction", type=int,
-                        help="HNSW_EF_CONSTRUCTION for the index build (default: the app's)")
+    parser.add_argument(
+        "--ef-construction",
+        type=int,
+        help="HNSW_EF_CONSTRUCTION for the index build (default: the app's)",
+    )
     parser.add_argument("--rss-probe", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--out", default=None, help="markdown file (default results/search.md, "
-                        "results/search-quick.md with --quick)")
+    parser.add_argument(
+        "--out",
+        default=None,
+        help="markdown file (default results/search.md, results/search-quick.md with --quick)",
+    )
     args = parser.parse_args()
     mode = QUICK if args.quick else FULL
     os.environ.setdefault("DJANGO_DEBUG", "0")  # DEBUG keeps a log of every query
@@ -420,8 +498,9 @@ def main() -> int:
         return 0
 
     started = time.perf_counter()
-    BUILD_SETTINGS.update({k: v for k, v in (("HNSW_M", args.m),
-                                             ("HNSW_EF_CONSTRUCTION", args.ef_construction)) if v})
+    BUILD_SETTINGS.update(
+        {k: v for k, v in (("HNSW_M", args.m), ("HNSW_EF_CONSTRUCTION", args.ef_construction)) if v}
+    )
     settings_dict = setup_django(DB_NAME, fresh=args.fresh, memory_app=app_settings(mode))
     from django.db import connection
 
@@ -432,8 +511,11 @@ def main() -> int:
     load(mode, settings_dict, world)
     index, build_seconds = build_index(mode, rebuild=args.rebuild)
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_size_pretty(pg_relation_size(c.oid)), c.reloptions FROM pg_class c "
-                       "WHERE c.oid = %s::regclass", [index])
+        cursor.execute(
+            "SELECT pg_size_pretty(pg_relation_size(c.oid)), c.reloptions FROM pg_class c "
+            "WHERE c.oid = %s::regclass",
+            [index],
+        )
         index_size, reloptions = cursor.fetchone()
     # What the index was built with (a reused index may predate a change of settings).
     index_options = ", ".join(f"`{o.replace('=', ' = ')}`" for o in reloptions or [])
@@ -459,19 +541,54 @@ def main() -> int:
 
     default_ef = int(memory_settings.HNSW_EF_SEARCH)
     table = markdown_table(
-        ["planner", "hnsw.ef_search", "plan taken", "recall@10 (mean)", "recall@10 (worst query)",
-         "fewest results", "median (ms)", "p99 (ms)", "searches timed"],
-        [["HNSW forced" if r["forced"] else "its own choice",
-          f"**{r['ef_search']}** (default)" if r["ef_search"] == default_ef else str(r["ef_search"]),
-          "HNSW" if r["hnsw"] else "exact (owner index + sort)",
-          f"{r['recall']:.3f}", f"{r['min_recall']:.1f}", str(r["min_count"]),
-          fmt_ms(r["median"]), fmt_ms(r["p99"]), str(r["n"])] for r in rows],
+        [
+            "planner",
+            "hnsw.ef_search",
+            "plan taken",
+            "recall@10 (mean)",
+            "recall@10 (worst query)",
+            "fewest results",
+            "median (ms)",
+            "p99 (ms)",
+            "searches timed",
+        ],
+        [
+            [
+                "HNSW forced" if r["forced"] else "its own choice",
+                f"**{r['ef_search']}** (default)"
+                if r["ef_search"] == default_ef
+                else str(r["ef_search"]),
+                "HNSW" if r["hnsw"] else "exact (owner index + sort)",
+                f"{r['recall']:.3f}",
+                f"{r['min_recall']:.1f}",
+                str(r["min_count"]),
+                fmt_ms(r["median"]),
+                fmt_ms(r["p99"]),
+                str(r["n"]),
+            ]
+            for r in rows
+        ],
     )
     default_rows = [r for r in rows if r["ef_search"] == default_ef]
     plans = {("forced" if r["forced"] else "chosen"): r["plan"] for r in default_rows}
-    text = render(mode, args, table, plans, exact_lat, build_seconds, index_size, index_options, rss,
-                  pgvector, server, memory_settings, time.perf_counter() - started)
-    out = Path(args.out) if args.out else RESULTS / ("search-quick.md" if args.quick else "search.md")
+    text = render(
+        mode,
+        args,
+        table,
+        plans,
+        exact_lat,
+        build_seconds,
+        index_size,
+        index_options,
+        rss,
+        pgvector,
+        server,
+        memory_settings,
+        time.perf_counter() - started,
+    )
+    out = (
+        Path(args.out) if args.out else RESULTS / ("search-quick.md" if args.quick else "search.md")
+    )
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
     print(text)
@@ -480,17 +597,38 @@ def main() -> int:
 
 
 def command_flags(args) -> str:
-    flags = [("--quick", args.quick), ("--fresh", args.fresh), ("--rebuild", args.rebuild),
-             (f"--m {args.m}", args.m), (f"--ef-construction {args.ef_construction}", args.ef_construction)]
+    flags = [
+        ("--quick", args.quick),
+        ("--fresh", args.fresh),
+        ("--rebuild", args.rebuild),
+        (f"--m {args.m}", args.m),
+        (f"--ef-construction {args.ef_construction}", args.ef_construction),
+    ]
     return "".join(f" {flag}" for flag, given in flags if given)
 
 
-def render(mode, args, table, plans, exact_lat, build_seconds, index_size, index_options, rss, pgvector,
-           server, settings, elapsed) -> str:
+def render(
+    mode,
+    args,
+    table,
+    plans,
+    exact_lat,
+    build_seconds,
+    index_size,
+    index_options,
+    rss,
+    pgvector,
+    server,
+    settings,
+    elapsed,
+) -> str:
     per_owner = mode.messages // OWNERS
     build = f"{build_seconds:.0f} s" if build_seconds is not None else "reused from an earlier run"
-    backend = (f"{rss['backend_peak_rss_mb']:.0f} MiB" if rss.get("backend_peak_rss_mb") is not None
-               else "not readable")
+    backend = (
+        f"{rss['backend_peak_rss_mb']:.0f} MiB"
+        if rss.get("backend_peak_rss_mb") is not None
+        else "not readable"
+    )
     return f"""# Owner-scope vector search
 
 `python bench/search_bench.py{command_flags(args)}` (PostgreSQL {server.split()[0]},
@@ -518,7 +656,7 @@ it will for an owner with many more vectors): the figures of the index path itse
   "fewest results" is the smallest number of results any search returned (10 = always full).
 - The exact query alone (no adapter): median {fmt_ms(exact_lat.median)} ms, p99
   {fmt_ms(exact_lat.p99)} ms ({exact_lat.count} queries).
-- Peak RSS of a fresh process running the {mode.queries} searches: {rss['peak_rss_mb']:.0f} MiB;
+- Peak RSS of a fresh process running the {mode.queries} searches: {rss["peak_rss_mb"]:.0f} MiB;
   of its server backend: {backend}.
 
 Plan of one search at the default `ef_search`, as the planner chooses:

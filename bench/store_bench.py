@@ -52,7 +52,11 @@ MAX_TOKENS = 8000
 WRITERS = 16
 # The store alone: no summarization or embedding triggered by appends (without a broker they
 # would run inline; with one they are an enqueue after commit, measured by their own benches).
-STORE_ONLY = {"SUMMARIZE_THRESHOLD_TOKENS": None, "EMBED_ON_APPEND": False, "IMPORTANCE_THRESHOLD": None}
+STORE_ONLY = {
+    "SUMMARIZE_THRESHOLD_TOKENS": None,
+    "EMBED_ON_APPEND": False,
+    "IMPORTANCE_THRESHOLD": None,
+}
 
 WORDS = (
     "the agent asked about shipping times for order numbers and the customer replied that "
@@ -78,8 +82,9 @@ class Mode:
 
 MODES = {
     "quick": Mode("quick"),
-    "full": Mode("full", single=2000, batches=100, reads=1000, windows=500, per_writer=200,
-                 max_seconds=20.0),
+    "full": Mode(
+        "full", single=2000, batches=100, reads=1000, windows=500, per_writer=200, max_seconds=20.0
+    ),
 }
 
 
@@ -93,7 +98,9 @@ def make_messages(count: int, seed: int, *, system: bool = True) -> list[dict]:
     while len(messages) < count:
         role = "user" if len(messages) % 2 else "assistant"
         words = rng.randint(4, 50) if role == "user" else rng.randint(20, 120)
-        messages.append({"role": role, "content": " ".join(rng.choice(WORDS) for _ in range(words))})
+        messages.append(
+            {"role": role, "content": " ".join(rng.choice(WORDS) for _ in range(words))}
+        )
     return messages[:count]
 
 
@@ -124,7 +131,9 @@ class Results:
         return self.cells.get((workload, store))
 
 
-def interleaved(stores, make_fn, *, count: int, max_seconds: float, turn: int = 10) -> dict[str, Latency]:
+def interleaved(
+    stores, make_fn, *, count: int, max_seconds: float, turn: int = 10
+) -> dict[str, Latency]:
     """Each store makes ``count`` timed calls of ``make_fn(store)`` (fewer if it spends its
     ``max_seconds``), ``turn`` calls at a time, the stores taking turns in rotating order, so
     that load from elsewhere on the machine falls on all of them alike."""
@@ -134,8 +143,12 @@ def interleaved(stores, make_fn, *, count: int, max_seconds: float, turn: int = 
     for store in stores:
         store.measure(fns[store.name], count=0, max_seconds=0)  # warm-up only
     for r in range(10**9):
-        active = [s for s in stores if len(samples[s.name]) < count
-                  and (spent[s.name] < max_seconds or len(samples[s.name]) < 1)]
+        active = [
+            s
+            for s in stores
+            if len(samples[s.name]) < count
+            and (spent[s.name] < max_seconds or len(samples[s.name]) < 1)
+        ]
         if not active:
             break
         shift = r % len(active)
@@ -143,8 +156,12 @@ def interleaved(stores, make_fn, *, count: int, max_seconds: float, turn: int = 
             began = time.perf_counter()
             done = samples[store.name]
             calls = 1 if done and done[-1] > 0.1 else turn  # slow calls: one per turn
-            latency = store.measure(fns[store.name], count=min(calls, count - len(done)),
-                                    max_seconds=float("inf"), warmup=0)
+            latency = store.measure(
+                fns[store.name],
+                count=min(calls, count - len(done)),
+                max_seconds=float("inf"),
+                warmup=0,
+            )
             spent[store.name] += time.perf_counter() - began
             samples[store.name] += latency.samples
     return {name: Latency(s) for name, s in samples.items()}
@@ -171,8 +188,9 @@ def run(mode: Mode, stores, results: Results, settings_dict) -> None:
         session = sessions[store.name]
         return lambda: store.append_batch(session, batch)
 
-    for name, lat in interleaved(stores, batched, count=mode.batches,
-                                 max_seconds=mode.max_seconds * 3).items():
+    for name, lat in interleaved(
+        stores, batched, count=mode.batches, max_seconds=mode.max_seconds * 3
+    ).items():
         results.put("batch_rate", name, 100 * lat.count / sum(lat.samples))
 
     # -- reads on a small and a big session ---------------------------------------------------------
@@ -185,8 +203,9 @@ def run(mode: Mode, stores, results: Results, settings_dict) -> None:
             have = resolve(s, s.count(session))
             if have != size:
                 if have:
-                    raise SystemExit(f"{s.name}: read session of {size} holds {have} messages; "
-                                     "run with --fresh")
+                    raise SystemExit(
+                        f"{s.name}: read session of {size} holds {have} messages; run with --fresh"
+                    )
                 data = data or with_tokens(make_messages(size, seed=size))
                 began = time.perf_counter()
                 s.load(session, data)
@@ -203,9 +222,13 @@ def run(mode: Mode, stores, results: Results, settings_dict) -> None:
             session = read_sessions[store.name]
             return lambda: store.window(session, MAX_TOKENS)
 
-        for label, make_fn, count in (("last", last50, mode.reads), ("window", window, mode.windows)):
-            for name, lat in interleaved(stores, make_fn, count=count,
-                                         max_seconds=mode.max_seconds).items():
+        for label, make_fn, count in (
+            ("last", last50, mode.reads),
+            ("window", window, mode.windows),
+        ):
+            for name, lat in interleaved(
+                stores, make_fn, count=count, max_seconds=mode.max_seconds
+            ).items():
                 results.put(f"{label}_{size}", name, lat.median)
                 results.put(f"{label}_{size}_p99", name, lat.p99)
                 results.notes.setdefault("samples", {})[f"{label}_{size}/{name}"] = lat.count
@@ -218,8 +241,9 @@ def run(mode: Mode, stores, results: Results, settings_dict) -> None:
         concurrent(stores, results, run_id, shared=shared, per_writer=mode.per_writer)
 
 
-def single_appends(stores, results: Results, run_id: str, *, count: int, max_seconds: float,
-                   suffix: str = "") -> None:
+def single_appends(
+    stores, results: Results, run_id: str, *, count: int, max_seconds: float, suffix: str = ""
+) -> None:
     log(f"single appends{suffix.replace('_', ', ')}")
     pool = with_tokens(make_messages(512, seed=7, system=False))
     sessions = {}
@@ -252,25 +276,34 @@ def summarize_check(stores, results: Results, run_id: str, *, count: int) -> Non
     session = ours.session(f"append-trigger-{run_id}")
     counter = iter(range(10**9))
     with override_settings(MEMORY_APP={**STORE_ONLY, "SUMMARIZE_THRESHOLD_TOKENS": 10**12}):
-        latency = ours.measure(lambda: ours.append(session, pool[next(counter) % len(pool)]),
-                               count=count, max_seconds=30)
+        latency = ours.measure(
+            lambda: ours.append(session, pool[next(counter) % len(pool)]),
+            count=count,
+            max_seconds=30,
+        )
     results.put("append_trigger", ours.name, latency.median)
 
 
-def concurrent(stores, results: Results, run_id: str, *, shared: bool, per_writer: int,
-               suffix: str = "") -> None:
+def concurrent(
+    stores, results: Results, run_id: str, *, shared: bool, per_writer: int, suffix: str = ""
+) -> None:
     """16 writers on one session (``shared``) or on 16; throughput, and a check that nothing
     was lost or doubled and, for ours, that cursors are exactly 1..N in every session."""
     from bench.stores import OursStore, concurrent_writes
 
     label = "one" if shared else "many"
-    log(f"{WRITERS} concurrent writers, {'one session' if shared else f'{WRITERS} sessions'}"
-        f"{suffix.replace('_', ', ')}")
+    log(
+        f"{WRITERS} concurrent writers, {'one session' if shared else f'{WRITERS} sessions'}"
+        f"{suffix.replace('_', ', ')}"
+    )
     for s in stores:
         if s.name == "ours_default":
             continue  # the connection options do not change locking: measured once
-        keys = ([f"conc{suffix}-{run_id}-{s.name}"] * WRITERS if shared
-                else [f"conc{suffix}-{run_id}-{s.name}-{i}" for i in range(WRITERS)])
+        keys = (
+            [f"conc{suffix}-{run_id}-{s.name}"] * WRITERS
+            if shared
+            else [f"conc{suffix}-{run_id}-{s.name}-{i}" for i in range(WRITERS)]
+        )
         for key in set(keys):
             resolve(s, s.count(s.session(key)))  # create the sessions before the start
 
@@ -279,7 +312,9 @@ def concurrent(stores, results: Results, run_id: str, *, shared: bool, per_write
 
         elapsed = concurrent_writes(s, keys, per_writer, message)
         results.put(f"conc_{label}{suffix}", s.name, WRITERS * per_writer / elapsed)
-        expected = Counter(message(i, j)["content"] for i in range(WRITERS) for j in range(per_writer))
+        expected = Counter(
+            message(i, j)["content"] for i in range(WRITERS) for j in range(per_writer)
+        )
         found: Counter = Counter()
         cursors_ok = True
         for key in set(keys):
@@ -289,15 +324,24 @@ def concurrent(stores, results: Results, run_id: str, *, shared: bool, per_write
                 cursors_ok &= cursors == list(range(1, len(cursors) + 1))
         lost = sum((expected - found).values())
         extra = sum((found - expected).values())
-        results.put(f"conc_{label}{suffix}_check", s.name,
-                    (lost, extra, cursors_ok if isinstance(s, OursStore) else None))
+        results.put(
+            f"conc_{label}{suffix}_check",
+            s.name,
+            (lost, extra, cursors_ok if isinstance(s, OursStore) else None),
+        )
 
 
 def run_durable(mode: Mode, stores, results: Results) -> None:
     """Appends again with PostgreSQL's default durable commit (each waits for its WAL flush)."""
     run_id = uuid.uuid4().hex[:8]
-    single_appends(stores, results, run_id, count=mode.single // 3,
-                   max_seconds=mode.max_seconds * 2, suffix="_durable")
+    single_appends(
+        stores,
+        results,
+        run_id,
+        count=mode.single // 3,
+        max_seconds=mode.max_seconds * 2,
+        suffix="_durable",
+    )
     concurrent(stores, results, run_id, shared=True, per_writer=mode.per_writer, suffix="_durable")
 
 
@@ -316,7 +360,10 @@ def rss_probe(store_name: str, big: int) -> tuple[float, float]:
     env = dict(os.environ)
     out = subprocess.run(
         [sys.executable, __file__, "--rss-probe", store_name, "--big", str(big)],
-        capture_output=True, text=True, env=env, check=True,
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
     )
     figures = json.loads(out.stdout.strip().splitlines()[-1])
     return figures["peak_rss_mb"], figures["peak_rss_mb"] - figures["before_mb"]
@@ -337,9 +384,13 @@ def probe_main(store_name: str, big: int) -> None:
 def build_stores(names, *, durable: bool = False):
     from bench.stores import AgentsStore, LangchainStore, OursStore, RawStore
 
-    every = {"raw": RawStore, "ours": lambda: OursStore(prepared=True),
-             "ours_default": lambda: OursStore(prepared=False),
-             "langchain": LangchainStore, "agents": AgentsStore}
+    every = {
+        "raw": RawStore,
+        "ours": lambda: OursStore(prepared=True),
+        "ours_default": lambda: OursStore(prepared=False),
+        "langchain": LangchainStore,
+        "agents": AgentsStore,
+    }
     stores = [every[n]() for n in names]
     for store in stores:
         store.durable = durable
@@ -391,8 +442,10 @@ def render(mode: Mode, stores, results: Results, elapsed: float) -> str:
                     cell += ", cursors 1..N" if cursors_ok else ", CURSOR GAPS"
             row.append(cell)
         rows.append(row)
-    ratio_note = ("Ratios are to the floor (raw psycopg, one prepared statement): time / floor "
-                  "time, or floor rate / rate; 1.00x is the floor, higher is slower.")
+    ratio_note = (
+        "Ratios are to the floor (raw psycopg, one prepared statement): time / floor "
+        "time, or floor rate / rate; 1.00x is the floor, higher is slower."
+    )
     small, big = mode.small, mode.big
     independence = []
     for s in stores:
@@ -409,9 +462,11 @@ def render(mode: Mode, stores, results: Results, elapsed: float) -> str:
         ratio_note,
         "",
         f"- Read cost on {big:,} vs {small:,} messages (1.00x = independent of session length): "
-        + "; ".join(independence) + ".",
+        + "; ".join(independence)
+        + ".",
         f"- Messages in the 8k-token window ({big:,}-message session): "
-        + ", ".join(f"{k.split('@')[0]} {v}" for k, v in sizes.items() if k.endswith(f"@{big}")) + ".",
+        + ", ".join(f"{k.split('@')[0]} {v}" for k, v in sizes.items() if k.endswith(f"@{big}"))
+        + ".",
         "- Windows: memory_app builds them itself (system prompt kept, tool groups whole, token "
         "counts cached at append). The floor reads the newest rows its average message size "
         "says will fit and cuts with stored counts. langchain-postgres can only read a whole "
@@ -448,7 +503,9 @@ def render(mode: Mode, stores, results: Results, elapsed: float) -> str:
         f"load average at start {results.notes.get('load', '?')}; the run took {elapsed:.0f} s. "
         "Other work on the machine adds noise: compare ratios within one run.",
         "",
-        "Reproduce: `python bench/store_bench.py" + (" --quick" if mode.name == "quick" else "") + "`",
+        "Reproduce: `python bench/store_bench.py"
+        + (" --quick" if mode.name == "quick" else "")
+        + "`",
     ]
     return "\n".join(lines) + "\n"
 
@@ -458,9 +515,14 @@ def main(argv=None) -> None:
     parser.add_argument("--quick", action="store_true", help="smaller counts (about two minutes)")
     parser.add_argument("--fresh", action="store_true", help="drop and recreate the bench database")
     parser.add_argument("--big", type=int, help="size of the big read session (default 100000)")
-    parser.add_argument("--stores", default="raw,ours,ours_default,langchain,agents",
-                        help="comma-separated subset of raw,ours,ours_default,langchain,agents")
-    parser.add_argument("--output", type=Path, help="markdown file (default bench/results/store.md)")
+    parser.add_argument(
+        "--stores",
+        default="raw,ours,ours_default,langchain,agents",
+        help="comma-separated subset of raw,ours,ours_default,langchain,agents",
+    )
+    parser.add_argument(
+        "--output", type=Path, help="markdown file (default bench/results/store.md)"
+    )
     parser.add_argument("--rss-probe", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     os.environ.setdefault("DJANGO_DEBUG", "0")  # DEBUG keeps a log of every query

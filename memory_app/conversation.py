@@ -324,7 +324,9 @@ class Conversation:
                 model=self._counting_model(),
                 scope=self.recall_scope,
             ).messages
-        return self.session.window(max_tokens=self.max_tokens, model=self._counting_model()).messages
+        return self.session.window(
+            max_tokens=self.max_tokens, model=self._counting_model()
+        ).messages
 
     def _counting_model(self) -> str | None:
         """The chat model, for token counting when its encoding is known; any OpenAI-compatible

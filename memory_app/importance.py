@@ -55,11 +55,13 @@ class KeywordImportanceScorer:
         (r"\bimportant\b|\bkeep in mind\b|\bnote that\b", 0.4),
     )
 
-    def __init__(self, patterns: list[tuple[str, float]] | None = None,
-                 roles: tuple[str, ...] = ("user",)) -> None:
+    def __init__(
+        self, patterns: list[tuple[str, float]] | None = None, roles: tuple[str, ...] = ("user",)
+    ) -> None:
         self.roles = tuple(roles)
-        self._patterns = [(re.compile(p, re.IGNORECASE), float(w))
-                          for p, w in (patterns or self.PATTERNS)]
+        self._patterns = [
+            (re.compile(p, re.IGNORECASE), float(w)) for p, w in (patterns or self.PATTERNS)
+        ]
 
     def explain(self, message: StoredMessage) -> list[tuple[str, float]]:
         """The patterns that matched and their weights."""

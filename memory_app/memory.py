@@ -48,9 +48,11 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-def twin(method: Callable[Concatenate[Any, P], R], *, write: bool = False
-         ) -> Callable[Concatenate[Any, P], Awaitable[R]]:
+def twin(
+    method: Callable[Concatenate[Any, P], R], *, write: bool = False
+) -> Callable[Concatenate[Any, P], Awaitable[R]]:
     """The async twin of a method: the same call in a worker thread (``sync_to_async``)."""
+
     @functools.wraps(method)
     async def run(self: Any, *args: P.args, **kwargs: P.kwargs) -> R:
         if write:
@@ -75,20 +77,50 @@ class Memory:
     """Entry points: open, list and import sessions; one owner's export and erase."""
 
     @staticmethod
-    def session(key: str, *, owner=None, namespace: str | None = None, create: bool = True,
-                title: str | None = None, metadata: dict | None = None,
-                expires_at: dt.datetime | None = None) -> SessionMemory:
+    def session(
+        key: str,
+        *,
+        owner=None,
+        namespace: str | None = None,
+        create: bool = True,
+        title: str | None = None,
+        metadata: dict | None = None,
+        expires_at: dt.datetime | None = None,
+    ) -> SessionMemory:
         """The session ``key`` of ``owner`` in ``namespace``; created when missing unless ``create=False``."""
-        return SessionMemory(sessions.get_or_create(
-            key, owner=owner, namespace=namespace, create_missing=create, title=title,
-            metadata=metadata, expires_at=expires_at))
+        return SessionMemory(
+            sessions.get_or_create(
+                key,
+                owner=owner,
+                namespace=namespace,
+                create_missing=create,
+                title=title,
+                metadata=metadata,
+                expires_at=expires_at,
+            )
+        )
 
     @staticmethod
-    def create(key: str, *, owner=None, namespace: str | None = None, title: str = "",
-               metadata: dict | None = None, expires_at: dt.datetime | None = None) -> SessionMemory:
+    def create(
+        key: str,
+        *,
+        owner=None,
+        namespace: str | None = None,
+        title: str = "",
+        metadata: dict | None = None,
+        expires_at: dt.datetime | None = None,
+    ) -> SessionMemory:
         """A new session; raises ``SessionExists`` if the key is taken."""
-        return SessionMemory(sessions.create(owner=owner, namespace=namespace, key=key, title=title,
-                                             metadata=metadata, expires_at=expires_at))
+        return SessionMemory(
+            sessions.create(
+                owner=owner,
+                namespace=namespace,
+                key=key,
+                title=title,
+                metadata=metadata,
+                expires_at=expires_at,
+            )
+        )
 
     @staticmethod
     def get(session_id: uuid.UUID | str, *, owner=None) -> SessionMemory:
@@ -107,8 +139,13 @@ class Memory:
         return sessions.list_queryset(owner, namespace)
 
     @staticmethod
-    def import_session(data: dict, *, owner: Any = transfer.FROM_EXPORT, namespace: str | None = None,
-                       key: str | None = None) -> SessionMemory:
+    def import_session(
+        data: dict,
+        *,
+        owner: Any = transfer.FROM_EXPORT,
+        namespace: str | None = None,
+        key: str | None = None,
+    ) -> SessionMemory:
         """Restore an ``export()`` losslessly (same cursors, snapshots, metadata) as a new session
         of ``owner`` (default: the owner the export names), checked exactly as an append is.
         Its messages are embedded in the background once the import commits, as appended ones
@@ -123,8 +160,9 @@ class Memory:
         return owners.export_owner(owner)
 
     @staticmethod
-    def iter_owner_export(owner, *, batch_size: int = 1000,
-                          progress: Callable[[int], None] | None = None) -> Iterator[str]:
+    def iter_owner_export(
+        owner, *, batch_size: int = 1000, progress: Callable[[int], None] | None = None
+    ) -> Iterator[str]:
         """``export_owner`` as JSON text in pieces, ``batch_size`` messages at a time."""
         return owners.iter_owner_export(owner, batch_size=batch_size, progress=progress)
 
@@ -182,8 +220,9 @@ class SessionMemory:
         """Append a batch atomically: all stored, in order, with consecutive cursors, or none."""
         return log.add_many(self.id, messages)
 
-    def messages(self, after: int | None = None, limit: int | None = None, *,
-                 before: int | None = None) -> list[StoredMessage]:
+    def messages(
+        self, after: int | None = None, limit: int | None = None, *, before: int | None = None
+    ) -> list[StoredMessage]:
         """Messages after cursor ``after`` (and before ``before``), oldest first; with only
         ``before`` and ``limit``, the last ``limit`` before it (paging backwards)."""
         return log.messages(self.id, after, limit, before=before)
@@ -217,27 +256,55 @@ class SessionMemory:
     apop_last = twin(pop_last, write=True)
 
     # -- windows and recall ----------------------------------------------------------------
-    def window(self, max_messages: int | None = None, max_tokens: int | None = None,
-               *, model: str | None = None) -> Window:
+    def window(
+        self,
+        max_messages: int | None = None,
+        max_tokens: int | None = None,
+        *,
+        model: str | None = None,
+    ) -> Window:
         """What to send the model next: snapshot summary and pinned messages, system messages,
         then the newest whole tool groups that fit ``max_messages`` / ``max_tokens``."""
         return windows.window(self.id, max_messages, max_tokens, model=model)
 
-    def search(self, query: str, limit: int = 5, *, scope: str = "session",
-               roles: Iterable[str] | None = None, mode: str | None = None) -> list[SearchResult]:
+    def search(
+        self,
+        query: str,
+        limit: int = 5,
+        *,
+        scope: str = "session",
+        roles: Iterable[str] | None = None,
+        mode: str | None = None,
+    ) -> list[SearchResult]:
         """Messages matching ``query``, best first; ``scope`` ``"session"`` or ``"owner"``,
         ``mode`` ``"hybrid"``, ``"vector"`` or ``"fulltext"`` (see ``services.recall``)."""
         return recall.search(self.session, query, limit=limit, scope=scope, roles=roles, mode=mode)
 
-    def context(self, query: str | None, max_tokens: int | None = None, recall_k: int = 5, *,
-                max_messages: int | None = None, model: str | None = None,
-                scope: str = "session", mode: str | None = None,
-                roles: Iterable[str] | None = None) -> RecallWindow:
+    def context(
+        self,
+        query: str | None,
+        max_tokens: int | None = None,
+        recall_k: int = 5,
+        *,
+        max_messages: int | None = None,
+        model: str | None = None,
+        scope: str = "session",
+        mode: str | None = None,
+        roles: Iterable[str] | None = None,
+    ) -> RecallWindow:
         """``window()`` plus up to ``recall_k`` older messages relevant to ``query``, in ONE
         system message labelled as untrusted reference data; everything fits ``max_tokens``."""
-        return recall.recall_context(self.session, query, max_tokens=max_tokens, recall_k=recall_k,
-                                     max_messages=max_messages, model=model, scope=scope, mode=mode,
-                                     roles=roles)
+        return recall.recall_context(
+            self.session,
+            query,
+            max_tokens=max_tokens,
+            recall_k=recall_k,
+            max_messages=max_messages,
+            model=model,
+            scope=scope,
+            mode=mode,
+            roles=roles,
+        )
 
     def embed(self, *, reembed: bool = False, cursors: Iterable[int] | None = None) -> int:
         """Embed the messages without a vector from the configured embedder (all again with
@@ -271,9 +338,17 @@ class SessionMemory:
         """``(latest snapshot or None, the messages after it)``: the state a summarizer starts from."""
         return compaction.load(self.id)
 
-    def save_snapshot(self, summary: str, *, upto: int, prev: SnapshotView | int | None = None,
-                      pinned: Iterable[dict | StoredMessage] = (), model: str = "",
-                      metadata: dict | None = None, prune: bool | None = None) -> SnapshotView:
+    def save_snapshot(
+        self,
+        summary: str,
+        *,
+        upto: int,
+        prev: SnapshotView | int | None = None,
+        pinned: Iterable[dict | StoredMessage] = (),
+        model: str = "",
+        metadata: dict | None = None,
+        prune: bool | None = None,
+    ) -> SnapshotView:
         """Save a summary standing for every message up to cursor ``upto``, by compare-and-swap.
 
         ``prev`` is the snapshot (or its version) the caller read; if another was saved since,
@@ -281,8 +356,9 @@ class SessionMemory:
         ``PRUNE_COMPACTED`` setting) covered messages are deleted, except remembered and system
         ones; cursors of the rest never change.
         """
-        new = check_snapshot(summary, upto=upto, prev=prev, pinned=pinned, model=model,
-                             metadata=metadata)
+        new = check_snapshot(
+            summary, upto=upto, prev=prev, pinned=pinned, model=model, metadata=metadata
+        )
         prune = memory_settings.PRUNE_COMPACTED if prune is None else bool(prune)
         if prune:
             embedding.promote_before_pruning(self.id, new.upto)
@@ -294,12 +370,23 @@ class SessionMemory:
         embedding.promote_before_pruning(self.id, snapshots.latest_upto(self.id))
         return snapshots.prune_covered(self.id)
 
-    def compact(self, keep_recent: int | None = None, summarizer: Summarizer | None = None, *,
-                max_attempts: int | None = None, idempotency_key: str | None = None) -> SnapshotView | None:
+    def compact(
+        self,
+        keep_recent: int | None = None,
+        summarizer: Summarizer | None = None,
+        *,
+        max_attempts: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> SnapshotView | None:
         """Fold all but the newest ``keep_recent`` messages into the summary, by compare-and-swap
         (see ``services.compaction``); ``None`` when there was nothing to cover."""
-        return compaction.compact(self.id, keep_recent=keep_recent, summarizer=summarizer,
-                                  max_attempts=max_attempts, idempotency_key=idempotency_key)
+        return compaction.compact(
+            self.id,
+            keep_recent=keep_recent,
+            summarizer=summarizer,
+            max_attempts=max_attempts,
+            idempotency_key=idempotency_key,
+        )
 
     def schedule_summary(self, keep_recent: int | None = None) -> Scheduled:
         """Summarize in the background (inline without a broker), unless a run is already
@@ -337,8 +424,13 @@ class SessionMemory:
         self.session.metadata = sessions.set_meta(self.id, key, value)
         return self.session.metadata
 
-    def update(self, *, title: str | None = None, metadata: dict | None = None,
-               expires_at: dt.datetime | None | Any = ...) -> None:
+    def update(
+        self,
+        *,
+        title: str | None = None,
+        metadata: dict | None = None,
+        expires_at: dt.datetime | None | Any = ...,
+    ) -> None:
         """Replace title, metadata and/or expiry (the fields a client may edit)."""
         sessions.update(self.id, title=title, metadata=metadata, expires_at=expires_at)
         self.refresh()

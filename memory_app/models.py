@@ -58,7 +58,9 @@ class Session(models.Model):
         "namespace", max_length=100, default="default", help_text="The agent's name."
     )
     key = models.CharField(
-        "key", max_length=255, help_text="Caller's name for the session, unique per owner and namespace."
+        "key",
+        max_length=255,
+        help_text="Caller's name for the session, unique per owner and namespace.",
     )
     title = models.CharField("title", max_length=255, blank=True, default="")
     metadata = models.JSONField("metadata", default=dict, blank=True)
@@ -73,7 +75,9 @@ class Session(models.Model):
     message_count = models.BigIntegerField(
         "messages", default=0, help_text="Messages stored now (pruned and cleared ones leave)."
     )
-    token_count = models.BigIntegerField("tokens", default=0, help_text="Tokens of the stored messages.")
+    token_count = models.BigIntegerField(
+        "tokens", default=0, help_text="Tokens of the stored messages."
+    )
     tokens_since_snapshot = models.BigIntegerField(
         "tokens after snapshot",
         default=0,
@@ -96,12 +100,19 @@ class Session(models.Model):
                 condition=Q(owner__isnull=True),
                 name="memory_session_ownerless_ns_key_uniq",
             ),
-            models.CheckConstraint(condition=Q(next_seq__gte=1), name="memory_session_next_seq_positive"),
+            models.CheckConstraint(
+                condition=Q(next_seq__gte=1), name="memory_session_next_seq_positive"
+            ),
         ]
         indexes = [
-            models.Index(fields=["owner", "namespace", "-updated_at"], name="memory_session_owner_upd_idx"),
-            models.Index(fields=["expires_at"], name="memory_session_expires_idx",
-                         condition=Q(expires_at__isnull=False)),
+            models.Index(
+                fields=["owner", "namespace", "-updated_at"], name="memory_session_owner_upd_idx"
+            ),
+            models.Index(
+                fields=["expires_at"],
+                name="memory_session_expires_idx",
+                condition=Q(expires_at__isnull=False),
+            ),
         ]
 
     def __str__(self) -> str:
@@ -117,13 +128,21 @@ class Message(models.Model):
     session = models.ForeignKey(
         Session, verbose_name="session", on_delete=models.CASCADE, related_name="messages"
     )
-    seq = models.BigIntegerField("cursor", help_text="Position in the session's log, from 1, gapless.")
+    seq = models.BigIntegerField(
+        "cursor", help_text="Position in the session's log, from 1, gapless."
+    )
     role = models.CharField("role", max_length=16, choices=Role.choices)
     content = models.TextField(
-        "content", blank=True, default="", help_text="The text (of all text parts, for multi-part content)."
+        "content",
+        blank=True,
+        default="",
+        help_text="The text (of all text parts, for multi-part content).",
     )
     content_parts = models.JSONField(
-        "content parts", null=True, blank=True, help_text="OpenAI content parts, when content is a list."
+        "content parts",
+        null=True,
+        blank=True,
+        help_text="OpenAI content parts, when content is a list.",
     )
     name = models.CharField("name", max_length=128, blank=True, default="")
     tool_calls = models.JSONField("tool calls", null=True, blank=True)
@@ -138,7 +157,10 @@ class Message(models.Model):
     )
     # NULL, not "", for "no key": the unique constraint only covers rows that have one.
     idempotency_key = models.CharField(  # noqa: DJ001
-        "idempotency key", max_length=255, null=True, blank=True,
+        "idempotency key",
+        max_length=255,
+        null=True,
+        blank=True,
         help_text="Client key: a retried append with it returns this message instead of a copy.",
     )
     created_at = models.DateTimeField("created", db_default=Now(), editable=False)
@@ -149,7 +171,9 @@ class Message(models.Model):
         ordering = ["session", "seq"]
         constraints = [
             # Also the index behind "last N" (backward scan) and "after cursor C" (forward scan).
-            models.UniqueConstraint(fields=["session", "seq"], name="memory_message_session_seq_uniq"),
+            models.UniqueConstraint(
+                fields=["session", "seq"], name="memory_message_session_seq_uniq"
+            ),
             models.UniqueConstraint(
                 fields=["session", "idempotency_key"],
                 condition=Q(idempotency_key__isnull=False),
@@ -162,8 +186,11 @@ class Message(models.Model):
         ]
         indexes = [
             # System messages are always kept in a window; find them without a scan.
-            models.Index(fields=["session", "seq"], name="memory_message_system_idx",
-                         condition=Q(role="system")),
+            models.Index(
+                fields=["session", "seq"],
+                name="memory_message_system_idx",
+                condition=Q(role="system"),
+            ),
         ]
 
     def __str__(self) -> str:
@@ -175,14 +202,19 @@ class Snapshot(models.Model):
         Session, verbose_name="session", on_delete=models.CASCADE, related_name="snapshots"
     )
     version = models.PositiveIntegerField("version", help_text="1, 2, 3... per session.")
-    upto = models.BigIntegerField("covers up to", help_text="Cursor of the last message the summary stands for.")
+    upto = models.BigIntegerField(
+        "covers up to", help_text="Cursor of the last message the summary stands for."
+    )
     summary = models.TextField("summary")
     pinned = models.JSONField(
-        "pinned messages", default=list, blank=True,
+        "pinned messages",
+        default=list,
+        blank=True,
         help_text="Messages always sent with the summary (e.g. the task), OpenAI format.",
     )
-    model = models.CharField("model", max_length=200, blank=True, default="",
-                             help_text="Who wrote the summary.")
+    model = models.CharField(
+        "model", max_length=200, blank=True, default="", help_text="Who wrote the summary."
+    )
     metadata = models.JSONField("metadata", default=dict, blank=True)
     created_at = models.DateTimeField("created", default=timezone.now, editable=False)
 
@@ -192,7 +224,9 @@ class Snapshot(models.Model):
         ordering = ["session", "-version"]
         get_latest_by = "version"
         constraints = [
-            models.UniqueConstraint(fields=["session", "version"], name="memory_snapshot_version_uniq"),
+            models.UniqueConstraint(
+                fields=["session", "version"], name="memory_snapshot_version_uniq"
+            ),
             models.CheckConstraint(condition=Q(upto__gte=1), name="memory_snapshot_upto_positive"),
         ]
 
@@ -215,7 +249,11 @@ class Embedding(models.Model):
     """
 
     message = models.ForeignKey(
-        Message, verbose_name="message", null=True, blank=True, on_delete=models.SET_NULL,
+        Message,
+        verbose_name="message",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
         related_name="embeddings",
         help_text="The log row; empty once pruning removed it (recall then reads the fields below).",
     )
@@ -223,15 +261,21 @@ class Embedding(models.Model):
         Session, verbose_name="session", on_delete=models.CASCADE, related_name="embeddings"
     )
     owner = models.ForeignKey(
-        settings.AUTH_USER_MODEL, verbose_name="owner", null=True, blank=True,
-        on_delete=models.CASCADE, related_name="+",
+        settings.AUTH_USER_MODEL,
+        verbose_name="owner",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="+",
     )
     cursor = models.BigIntegerField("cursor", help_text="The message's cursor in its session.")
     role = models.CharField("role", max_length=16, choices=Role.choices)
     content = models.TextField(
-        "content", blank=True, default="",
+        "content",
+        blank=True,
+        default="",
         help_text="The message's text once its log row is pruned (encrypted as the log's is); "
-                  "empty while the row exists.",
+        "empty while the row exists.",
     )
     message_created_at = models.DateTimeField("message created", null=True, blank=True)
     model = models.CharField("embedding model", max_length=200)
@@ -243,8 +287,10 @@ class Embedding(models.Model):
         verbose_name = "embedding"
         verbose_name_plural = "embeddings"
         constraints = [
-            models.UniqueConstraint(fields=["session", "cursor", "model"],
-                                    name="memory_embedding_session_cursor_model_uniq"),
+            models.UniqueConstraint(
+                fields=["session", "cursor", "model"],
+                name="memory_embedding_session_cursor_model_uniq",
+            ),
         ]
         indexes = [
             models.Index(fields=["session", "model"], name="memory_embedding_session_idx"),

@@ -27,13 +27,16 @@ def embed_after_append(sender, session_id, messages: list[StoredMessage], **kwar
         messages[index] = message
     cursors = embedding.wanted_cursors(promoted)
     if cursors:
+
         def embed() -> None:  # a plain function: robust on_commit logs callbacks by __qualname__
             background.schedule_embedding(session_id, cursors=cursors)
 
         transaction.on_commit(embed, using=router.db_for_write(Message), robust=True)
 
 
-def summarize_after_append(sender, session_id, messages, tokens_since_snapshot=None, **kwargs) -> None:
+def summarize_after_append(
+    sender, session_id, messages, tokens_since_snapshot=None, **kwargs
+) -> None:
     """Once the append commits, schedule summarization if the session went over the threshold."""
     threshold = memory_settings.SUMMARIZE_THRESHOLD_TOKENS
     if threshold is None or not messages:
@@ -49,6 +52,9 @@ def summarize_after_append(sender, session_id, messages, tokens_since_snapshot=N
 
 def connect() -> None:
     """Connect the receivers (called from the app's ``ready()``)."""
-    messages_appended.connect(embed_after_append, dispatch_uid="memory_app.receivers.embed_after_append")
-    messages_appended.connect(summarize_after_append,
-                              dispatch_uid="memory_app.receivers.summarize_after_append")
+    messages_appended.connect(
+        embed_after_append, dispatch_uid="memory_app.receivers.embed_after_append"
+    )
+    messages_appended.connect(
+        summarize_after_append, dispatch_uid="memory_app.receivers.summarize_after_append"
+    )

@@ -57,7 +57,10 @@ def count_text(text: str, encoding: str | None = None) -> int:
     while start < len(text):
         end = min(start + PIECE_CHARS, len(text))
         if end < len(text):
-            cut = max(text.rfind(" ", start + PIECE_CHARS // 2, end), text.rfind("\n", start + PIECE_CHARS // 2, end))
+            cut = max(
+                text.rfind(" ", start + PIECE_CHARS // 2, end),
+                text.rfind("\n", start + PIECE_CHARS // 2, end),
+            )
             end = cut if cut > start else end
         total += len(encoder.encode_ordinary(text[start:end]))
         start = end
@@ -81,7 +84,9 @@ def count_message(message: dict[str, Any], encoding: str | None = None) -> int:
         total += TOKENS_PER_NAME + count_text(message["name"], enc)
     for call in message.get("tool_calls") or ():
         function = call.get("function", {})
-        total += count_text(function.get("name", ""), enc) + count_text(function.get("arguments", ""), enc)
+        total += count_text(function.get("name", ""), enc) + count_text(
+            function.get("arguments", ""), enc
+        )
     if message.get("tool_call_id"):
         total += count_text(message["tool_call_id"], enc)
     return total

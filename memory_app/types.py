@@ -18,7 +18,9 @@ class _AnyOwner:
 ANY_OWNER: Any = _AnyOwner()
 
 
-def openai_dict(role, content, content_parts, name, tool_calls, tool_call_id, extra) -> dict[str, Any]:
+def openai_dict(
+    role, content, content_parts, name, tool_calls, tool_call_id, extra
+) -> dict[str, Any]:
     """The OpenAI chat-message form of stored fields (only the keys that are set)."""
     message: dict[str, Any] = {"role": role}
     if content_parts is not None:
@@ -55,8 +57,15 @@ class NewMessage:
     idempotency_key: str | None = None
 
     def as_openai(self) -> dict[str, Any]:
-        return openai_dict(self.role, self.content, self.content_parts, self.name,
-                           self.tool_calls, self.tool_call_id, self.extra)
+        return openai_dict(
+            self.role,
+            self.content,
+            self.content_parts,
+            self.name,
+            self.tool_calls,
+            self.tool_call_id,
+            self.extra,
+        )
 
 
 @dataclass(frozen=True)
@@ -80,14 +89,26 @@ class StoredMessage:
 
     def as_openai(self) -> dict[str, Any]:
         """The message as OpenAI's chat API takes it."""
-        return openai_dict(self.role, self.content, self.content_parts, self.name,
-                           self.tool_calls, self.tool_call_id, self.extra)
+        return openai_dict(
+            self.role,
+            self.content,
+            self.content_parts,
+            self.name,
+            self.tool_calls,
+            self.tool_call_id,
+            self.extra,
+        )
 
     def as_dict(self) -> dict[str, Any]:
         """OpenAI form plus the store's own fields (cursor, metadata, ...)."""
         data = self.as_openai()
-        data.update(cursor=self.cursor, metadata=self.metadata, tokens=self.tokens,
-                    remember=self.remember, created_at=self.created_at)
+        data.update(
+            cursor=self.cursor,
+            metadata=self.metadata,
+            tokens=self.tokens,
+            remember=self.remember,
+            created_at=self.created_at,
+        )
         if self.idempotency_key:
             data["idempotency_key"] = self.idempotency_key
         return data

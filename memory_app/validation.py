@@ -57,12 +57,23 @@ MAX_IMPORTED_CURSOR = 2**53 - 1
 MAX_COUNT = 2**31 - 1
 
 ALLOWED_KEYS = frozenset(
-    {"role", "content", "name", "tool_calls", "tool_call_id", "metadata", "remember",
-     "idempotency_key", "extra"}
+    {
+        "role",
+        "content",
+        "name",
+        "tool_calls",
+        "tool_call_id",
+        "metadata",
+        "remember",
+        "idempotency_key",
+        "extra",
+    }
 )
 # Other fields OpenAI puts on chat messages. Accepted at the top level and kept in ``extra``,
 # so a message read back (``as_openai()`` spreads ``extra``) can be stored or pinned again.
-OPENAI_EXTRA_KEYS = frozenset({"refusal", "audio", "function_call", "annotations", "reasoning_content"})
+OPENAI_EXTRA_KEYS = frozenset(
+    {"refusal", "audio", "function_call", "annotations", "reasoning_content"}
+)
 #: Fields the store adds to a message it returns or exports: ``extra`` may not use them, or the
 #: value sent would be silently replaced there (and lost by an export round trip).
 STORE_KEYS = frozenset({"cursor", "tokens", "created_at"})
@@ -71,11 +82,24 @@ PART_TYPES = frozenset({"text", "image_url", "input_audio", "file", "refusal"})
 EXPORT_FORMAT = "memory_app.session"
 EXPORT_VERSION = 1
 EXPORT_KEYS = frozenset({"format", "version", "session", "messages", "snapshots"})
-EXPORT_SESSION_KEYS = frozenset({"id", "key", "namespace", "title", "metadata", "owner", "created_at",
-                                 "updated_at", "expires_at", "next_seq"})
+EXPORT_SESSION_KEYS = frozenset(
+    {
+        "id",
+        "key",
+        "namespace",
+        "title",
+        "metadata",
+        "owner",
+        "created_at",
+        "updated_at",
+        "expires_at",
+        "next_seq",
+    }
+)
 EXPORT_MESSAGE_KEYS = ALLOWED_KEYS | OPENAI_EXTRA_KEYS | STORE_KEYS
-EXPORT_SNAPSHOT_KEYS = frozenset({"version", "upto", "summary", "pinned", "model", "metadata",
-                                  "created_at"})
+EXPORT_SNAPSHOT_KEYS = frozenset(
+    {"version", "upto", "summary", "pinned", "model", "metadata", "created_at"}
+)
 
 SCOPES = ("session", "owner")
 MODES = ("hybrid", "vector", "fulltext")
@@ -87,7 +111,11 @@ def _size(value: Any) -> int:
     """Bytes of ``value`` as stored (UTF-8 text, or compact JSON)."""
     if isinstance(value, str):
         return len(value.encode("utf-8", "surrogatepass"))
-    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass"))
+    return len(
+        json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode(
+            "utf-8", "surrogatepass"
+        )
+    )
 
 
 # ---- plain values ------------------------------------------------------------------------------
@@ -132,7 +160,9 @@ def _unstorable(value: Any, depth_left: int) -> str | None:
     return f"must be JSON data, not {type(value).__name__}"
 
 
-def check_metadata(value: Any, *, field: str = "metadata", error: type[Exception] = InvalidSession) -> dict:
+def check_metadata(
+    value: Any, *, field: str = "metadata", error: type[Exception] = InvalidSession
+) -> dict:
     """A metadata object: JSON-storable, at most ``MAX_METADATA_BYTES``."""
     if not isinstance(value, dict):
         raise error(field, "must be an object")
@@ -168,14 +198,22 @@ def check_count(value: Any, name: str) -> int:
 _UNSET: Any = object()
 
 
-def check_session_fields(*, key: Any = _UNSET, namespace: Any = _UNSET, title: Any = _UNSET,
-                         metadata: Any = _UNSET, expires_at: Any = _UNSET) -> None:
+def check_session_fields(
+    *,
+    key: Any = _UNSET,
+    namespace: Any = _UNSET,
+    title: Any = _UNSET,
+    metadata: Any = _UNSET,
+    expires_at: Any = _UNSET,
+) -> None:
     """The fields a session is created or updated with (only those given are checked)."""
     for field, value, longest in (("key", key, MAX_KEY), ("namespace", namespace, MAX_NAMESPACE)):
         if value is _UNSET:
             continue
         if not isinstance(value, str) or not value.strip() or len(value) > longest:
-            raise InvalidSession(field, f"must be a non-empty string of at most {longest} characters")
+            raise InvalidSession(
+                field, f"must be a non-empty string of at most {longest} characters"
+            )
         if problem := unstorable(value):
             raise InvalidSession(field, problem)
     if title is not _UNSET and title is not None:
@@ -229,7 +267,9 @@ def check_message(data: Any) -> NewMessage:
     tool_call_id = _optional(data, "tool_call_id", str, "")
     if role == "tool":
         if not tool_call_id:
-            raise InvalidMessage("tool_call_id", "a tool message needs the id of the call it answers")
+            raise InvalidMessage(
+                "tool_call_id", "a tool message needs the id of the call it answers"
+            )
     elif tool_call_id:
         raise InvalidMessage("tool_call_id", "only tool messages carry a tool_call_id")
     if len(tool_call_id) > MAX_TOOL_CALL_ID:
@@ -252,14 +292,25 @@ def check_message(data: Any) -> NewMessage:
         raise InvalidMessage("remember", "must be true or false")
     key = data.get("idempotency_key")
     if key is not None and (not isinstance(key, str) or not key or len(key) > MAX_IDEMPOTENCY_KEY):
-        raise InvalidMessage("idempotency_key",
-                             f"must be a non-empty string of at most {MAX_IDEMPOTENCY_KEY} characters")
+        raise InvalidMessage(
+            "idempotency_key",
+            f"must be a non-empty string of at most {MAX_IDEMPOTENCY_KEY} characters",
+        )
 
     if text.startswith(ENCRYPTED_PREFIX):
-        raise InvalidMessage("content", f"must not start with {ENCRYPTED_PREFIX!r} (marks encrypted text)")
+        raise InvalidMessage(
+            "content", f"must not start with {ENCRYPTED_PREFIX!r} (marks encrypted text)"
+        )
     message = NewMessage(
-        role=role, content=text, content_parts=parts, name=name, tool_calls=tool_calls,
-        tool_call_id=tool_call_id, extra=extra, metadata=metadata, remember=remember,
+        role=role,
+        content=text,
+        content_parts=parts,
+        name=name,
+        tool_calls=tool_calls,
+        tool_call_id=tool_call_id,
+        extra=extra,
+        metadata=metadata,
+        remember=remember,
         idempotency_key=key,
     )
     _check_size(message)
@@ -313,9 +364,14 @@ def _content(content: Any, role: str, *, has_tool_calls: bool) -> tuple[str, lis
             raise InvalidMessage("content", "a list of content parts must not be empty")
         texts = []
         for i, part in enumerate(content):
-            if not isinstance(part, dict) or not isinstance(part.get("type"), str) or part["type"] not in PART_TYPES:
+            if (
+                not isinstance(part, dict)
+                or not isinstance(part.get("type"), str)
+                or part["type"] not in PART_TYPES
+            ):
                 raise InvalidMessage(
-                    "content", f"part {i} must be an object with type one of {', '.join(sorted(PART_TYPES))}"
+                    "content",
+                    f"part {i} must be an object with type one of {', '.join(sorted(PART_TYPES))}",
                 )
             if part["type"] in ("text", "refusal"):
                 value = part.get(part["type"])
@@ -339,22 +395,32 @@ def _tool_calls(tool_calls: Any, role: str) -> list | None:
             raise InvalidMessage("tool_calls", f"call {i} must be an object")
         call_id = call.get("id")
         if not isinstance(call_id, str) or not call_id or len(call_id) > MAX_TOOL_CALL_ID:
-            raise InvalidMessage("tool_calls", f"call {i} needs a string id of at most "
-                                               f"{MAX_TOOL_CALL_ID} characters")
+            raise InvalidMessage(
+                "tool_calls", f"call {i} needs a string id of at most {MAX_TOOL_CALL_ID} characters"
+            )
         if call_id in seen:
             raise InvalidMessage("tool_calls", f"call {i} repeats id {call_id!r}")
         seen.add(call_id)
         if call.get("type", "function") != "function":
             raise InvalidMessage("tool_calls", f"call {i}: type must be 'function'")
         function = call.get("function")
-        if not isinstance(function, dict) or not isinstance(function.get("name"), str) or not function["name"]:
+        if (
+            not isinstance(function, dict)
+            or not isinstance(function.get("name"), str)
+            or not function["name"]
+        ):
             raise InvalidMessage("tool_calls", f"call {i} needs function.name")
         arguments = function.get("arguments", "")
         if not isinstance(arguments, str):
-            raise InvalidMessage("tool_calls", f"call {i}: function.arguments must be a JSON string")
+            raise InvalidMessage(
+                "tool_calls", f"call {i}: function.arguments must be a JSON string"
+            )
         if arguments.startswith(ENCRYPTED_PREFIX):
-            raise InvalidMessage("tool_calls", f"call {i}: function.arguments must not start with "
-                                               f"{ENCRYPTED_PREFIX!r} (marks encrypted text)")
+            raise InvalidMessage(
+                "tool_calls",
+                f"call {i}: function.arguments must not start with "
+                f"{ENCRYPTED_PREFIX!r} (marks encrypted text)",
+            )
     return tool_calls
 
 
@@ -368,8 +434,10 @@ def _check_size(message: NewMessage) -> None:
     total = sum(sizes.values()) - (sizes["content"] if "content_parts" in sizes else 0)
     if total > limit:
         largest = max(sizes, key=sizes.__getitem__)
-        raise MessageTooLarge("content" if largest == "content_parts" else largest,
-                              f"message is {total} bytes; the limit is {limit} (MAX_MESSAGE_BYTES)")
+        raise MessageTooLarge(
+            "content" if largest == "content_parts" else largest,
+            f"message is {total} bytes; the limit is {limit} (MAX_MESSAGE_BYTES)",
+        )
 
 
 # ---- snapshots ---------------------------------------------------------------------------------
@@ -385,8 +453,15 @@ class NewSnapshot:
     metadata: dict
 
 
-def check_snapshot(summary: Any, *, upto: Any, prev: Any = None, pinned: Any = (), model: Any = "",
-                   metadata: Any = None) -> NewSnapshot:
+def check_snapshot(
+    summary: Any,
+    *,
+    upto: Any,
+    prev: Any = None,
+    pinned: Any = (),
+    model: Any = "",
+    metadata: Any = None,
+) -> NewSnapshot:
     """A summary standing for every message up to ``upto``, its pinned messages and metadata."""
     if not isinstance(summary, str) or not summary.strip():
         raise InvalidSnapshot("summary", "must be a non-empty string")
@@ -394,7 +469,9 @@ def check_snapshot(summary: Any, *, upto: Any, prev: Any = None, pinned: Any = (
         raise InvalidSnapshot("summary", problem)
     limit = memory_settings.MAX_MESSAGE_BYTES
     if (size := _size(summary)) > limit:
-        raise InvalidSnapshot("summary", f"is {size} bytes; the limit is {limit} (MAX_MESSAGE_BYTES)")
+        raise InvalidSnapshot(
+            "summary", f"is {size} bytes; the limit is {limit} (MAX_MESSAGE_BYTES)"
+        )
     if not isinstance(model, str) or len(model) > MAX_MODEL:
         raise InvalidSnapshot("model", f"must be a string of at most {MAX_MODEL} characters")
     if problem := unstorable(model):
@@ -402,11 +479,20 @@ def check_snapshot(summary: Any, *, upto: Any, prev: Any = None, pinned: Any = (
     metadata = {} if metadata is None else check_metadata(metadata, error=InvalidSnapshot)
     upto = check_cursor(upto, "upto")
     expected = prev.version if isinstance(prev, SnapshotView) else prev
-    if expected is not None and (isinstance(expected, bool) or not isinstance(expected, int)
-                                 or not 1 <= expected <= MAX_COUNT):
+    if expected is not None and (
+        isinstance(expected, bool)
+        or not isinstance(expected, int)
+        or not 1 <= expected <= MAX_COUNT
+    ):
         raise InvalidSnapshot("prev", "must be a snapshot, its version, or None")
-    return NewSnapshot(summary=summary, upto=upto, expected_version=expected,
-                       pinned=check_pinned(pinned), model=model, metadata=metadata)
+    return NewSnapshot(
+        summary=summary,
+        upto=upto,
+        expected_version=expected,
+        pinned=check_pinned(pinned),
+        model=model,
+        metadata=metadata,
+    )
 
 
 def check_pinned(pinned: Any) -> list[dict]:
@@ -416,7 +502,9 @@ def check_pinned(pinned: Any) -> list[dict]:
         raise InvalidSnapshot("pinned", "must be a list of messages")
     pinned = list(pinned)
     if len(pinned) > memory_settings.MAX_PINNED:
-        raise InvalidSnapshot("pinned", f"at most {memory_settings.MAX_PINNED} messages (MAX_PINNED)")
+        raise InvalidSnapshot(
+            "pinned", f"at most {memory_settings.MAX_PINNED} messages (MAX_PINNED)"
+        )
     dicts = []
     for index, item in enumerate(pinned):
         if isinstance(item, StoredMessage):
@@ -427,7 +515,9 @@ def check_pinned(pinned: Any) -> list[dict]:
             raise InvalidSnapshot(f"pinned[{index}].{err.field}", err.reason) from None
     limit = memory_settings.MAX_MESSAGE_BYTES
     if dicts and (size := _size(dicts)) > limit:
-        raise InvalidSnapshot("pinned", f"is {size} bytes; the limit is {limit} (MAX_MESSAGE_BYTES)")
+        raise InvalidSnapshot(
+            "pinned", f"is {size} bytes; the limit is {limit} (MAX_MESSAGE_BYTES)"
+        )
     return dicts
 
 
@@ -518,7 +608,9 @@ def _unknown(data: dict, allowed: frozenset, where: str) -> None:
 
 def _export_int(value: Any, where: str, *, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise InvalidExport(f"{where} must be an integer from {low} to {high}, not {value!r}", field=where)
+        raise InvalidExport(
+            f"{where} must be an integer from {low} to {high}, not {value!r}", field=where
+        )
     return value
 
 
@@ -543,12 +635,15 @@ def _export_datetime(value: Any, where: str) -> dt.datetime | None:
 def _as_export_error(err: MemoryStoreError, where: str) -> InvalidExport:
     field = getattr(err, "field", None)
     reason = getattr(err, "reason", None) or str(err)
-    return InvalidExport(f"{where}{field}: {reason}" if field else f"{where}{reason}",
-                         field=f"{where}{field}" if field else where.rstrip(": .") or None)
+    return InvalidExport(
+        f"{where}{field}: {reason}" if field else f"{where}{reason}",
+        field=f"{where}{field}" if field else where.rstrip(": .") or None,
+    )
 
 
-def check_import(data: Any, *, owner_id: Any, key: str | None = None,
-                 namespace: str | None = None) -> ImportPlan:
+def check_import(
+    data: Any, *, owner_id: Any, key: str | None = None, namespace: str | None = None
+) -> ImportPlan:
     """An ``export()`` to restore as a new session, validated exactly as the same messages,
     snapshots and session fields would be on append, save and create. Unknown keys at any level
     are refused; token counts are recounted, never taken from the export. ``owner_id`` is the
@@ -588,7 +683,9 @@ def check_import(data: Any, *, owner_id: Any, key: str | None = None,
             raise InvalidExport(f"messages[{index}] is not an object", field=f"messages[{index}]")
         _unknown(raw, EXPORT_MESSAGE_KEYS, where)
         raw = dict(raw)
-        cursor = _export_int(raw.pop("cursor", None), f"{where}cursor", low=1, high=MAX_IMPORTED_CURSOR)
+        cursor = _export_int(
+            raw.pop("cursor", None), f"{where}cursor", low=1, high=MAX_IMPORTED_CURSOR
+        )
         tokens = raw.pop("tokens", None)
         if tokens is not None:  # checked, then recounted: counts drive windows and summaries
             _export_int(tokens, f"{where}tokens", low=0, high=MAX_COUNT)
@@ -609,9 +706,13 @@ def check_import(data: Any, *, owner_id: Any, key: str | None = None,
     if meta.get("next_seq") is None:
         next_seq = cursors[-1] + 1 if cursors else 1
     else:
-        next_seq = _export_int(meta["next_seq"], "session.next_seq", low=1, high=MAX_IMPORTED_CURSOR)
+        next_seq = _export_int(
+            meta["next_seq"], "session.next_seq", low=1, high=MAX_IMPORTED_CURSOR
+        )
     if cursors and next_seq <= cursors[-1]:
-        raise InvalidExport("session.next_seq must lie past the last message", field="session.next_seq")
+        raise InvalidExport(
+            "session.next_seq must lie past the last message", field="session.next_seq"
+        )
 
     snapshots = []
     for index, snap in enumerate(raw_snapshots):
@@ -622,23 +723,47 @@ def check_import(data: Any, *, owner_id: Any, key: str | None = None,
         version = _export_int(snap.get("version"), f"{where}version", low=1, high=MAX_COUNT)
         upto = _export_int(snap.get("upto"), f"{where}upto", low=1, high=MAX_IMPORTED_CURSOR)
         try:
-            checked = check_snapshot(snap.get("summary"), upto=upto, pinned=snap.get("pinned") or [],
-                                     model=snap.get("model") or "", metadata=snap.get("metadata") or {})
+            checked = check_snapshot(
+                snap.get("summary"),
+                upto=upto,
+                pinned=snap.get("pinned") or [],
+                model=snap.get("model") or "",
+                metadata=snap.get("metadata") or {},
+            )
         except (InvalidSnapshot, InvalidCursor) as err:
             raise _as_export_error(err, where) from None
         created = _export_datetime(snap.get("created_at"), f"{where}created_at")
-        snapshots.append(ImportedSnapshot(version=version, upto=upto, summary=checked.summary,
-                                          pinned=checked.pinned, model=checked.model,
-                                          metadata=checked.metadata, created_at=created))
+        snapshots.append(
+            ImportedSnapshot(
+                version=version,
+                upto=upto,
+                summary=checked.summary,
+                pinned=checked.pinned,
+                model=checked.model,
+                metadata=checked.metadata,
+                created_at=created,
+            )
+        )
     snapshots.sort(key=lambda s: s.version)
     last_upto, last_version = 0, 0
     for snap in snapshots:
         if snap.version == last_version:
             raise InvalidExport(f"snapshot version {snap.version} appears twice", field="snapshots")
         if snap.upto <= last_upto or snap.upto >= next_seq:
-            raise InvalidExport(f"snapshot {snap.version}: upto {snap.upto} out of order or beyond the log",
-                                field="snapshots")
+            raise InvalidExport(
+                f"snapshot {snap.version}: upto {snap.upto} out of order or beyond the log",
+                field="snapshots",
+            )
         last_upto, last_version = snap.upto, snap.version
-    return ImportPlan(key=key, namespace=namespace, title=title, metadata=metadata, owner_id=owner_id,
-                      expires_at=expires_at, created_at=created_at, next_seq=next_seq,
-                      messages=messages, snapshots=snapshots)
+    return ImportPlan(
+        key=key,
+        namespace=namespace,
+        title=title,
+        metadata=metadata,
+        owner_id=owner_id,
+        expires_at=expires_at,
+        created_at=created_at,
+        next_seq=next_seq,
+        messages=messages,
+        snapshots=snapshots,
+    )

@@ -41,24 +41,42 @@ from .parsers import MemoryJSONParser
 _ERROR = s.ErrorSerializer
 AUTH_ERRORS = {
     401: OpenApiResponse(_ERROR, description="Not authenticated (token authentication)."),
-    403: OpenApiResponse(_ERROR, description="Not authenticated (session authentication) or not allowed."),
-    429: OpenApiResponse(_ERROR, description="Throttled: retry after the Retry-After header's seconds."),
+    403: OpenApiResponse(
+        _ERROR, description="Not authenticated (session authentication) or not allowed."
+    ),
+    429: OpenApiResponse(
+        _ERROR, description="Throttled: retry after the Retry-After header's seconds."
+    ),
     # Not about authentication, but every operation may answer it, like the ones above.
-    503: OpenApiResponse(_ERROR, description="The database is unavailable (code "
-                                             "database_unavailable): retry after Retry-After seconds."),
+    503: OpenApiResponse(
+        _ERROR,
+        description="The database is unavailable (code "
+        "database_unavailable): retry after Retry-After seconds.",
+    ),
 }
 NOT_FOUND = {
-    404: OpenApiResponse(_ERROR, description="No such session for this user (another owner's session "
-                                             "is not found either)."),
+    404: OpenApiResponse(
+        _ERROR,
+        description="No such session for this user (another owner's session is not found either).",
+    ),
 }
-BAD_INPUT = {400: OpenApiResponse(_ERROR, description="Bad input: `field` (and `index` in a batch) says "
-                                                      "what and `errors` why.")}
+BAD_INPUT = {
+    400: OpenApiResponse(
+        _ERROR,
+        description="Bad input: `field` (and `index` in a batch) says what and `errors` why.",
+    )
+}
 UNSUPPORTED = {
     415: OpenApiResponse(_ERROR, description="The body must be JSON."),
-    413: OpenApiResponse(_ERROR, description="The body is larger than the server accepts "
-                                             "(Django's DATA_UPLOAD_MAX_MEMORY_SIZE)."),
+    413: OpenApiResponse(
+        _ERROR,
+        description="The body is larger than the server accepts "
+        "(Django's DATA_UPLOAD_MAX_MEMORY_SIZE).",
+    ),
 }
-SESSION_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="The session's id.")
+SESSION_ID = OpenApiParameter(
+    "id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="The session's id."
+)
 
 
 def _errors(*groups: dict) -> dict:
@@ -113,33 +131,48 @@ class MemoryAPIMixin:
     create=extend_schema(
         summary="Create a session",
         description="A key is unique per owner and namespace: a taken key answers 409, unless "
-                    "`get_or_create` is true, which returns the existing session with 200.",
+        "`get_or_create` is true, which returns the existing session with 200.",
         request=s.SessionCreateSerializer,
-        examples=[OpenApiExample("A support chat", request_only=True, value={
-            "key": "chat-42", "namespace": "support-bot", "title": "Refund question",
-            "metadata": {"customer": "c-1001"}})],
+        examples=[
+            OpenApiExample(
+                "A support chat",
+                request_only=True,
+                value={
+                    "key": "chat-42",
+                    "namespace": "support-bot",
+                    "title": "Refund question",
+                    "metadata": {"customer": "c-1001"},
+                },
+            )
+        ],
         responses={
             201: OpenApiResponse(s.SessionSerializer, description="Created."),
-            200: OpenApiResponse(s.SessionSerializer, description="Existing session (get_or_create)."),
+            200: OpenApiResponse(
+                s.SessionSerializer, description="Existing session (get_or_create)."
+            ),
             409: OpenApiResponse(_ERROR, description="The key is taken (code session_exists)."),
             **_errors(BAD_INPUT, UNSUPPORTED),
         },
     ),
     retrieve=extend_schema(
-        summary="Get a session", parameters=[SESSION_ID],
+        summary="Get a session",
+        parameters=[SESSION_ID],
         responses={200: s.SessionSerializer, **_errors(NOT_FOUND)},
     ),
     partial_update=extend_schema(
         summary="Update a session",
         description="Only `title`, `metadata` (replaced whole) and `expires_at` may change; any "
-                    "other field, read-only or unknown, answers 400.",
-        parameters=[SESSION_ID], request=s.SessionUpdateSerializer,
+        "other field, read-only or unknown, answers 400.",
+        parameters=[SESSION_ID],
+        request=s.SessionUpdateSerializer,
         examples=[OpenApiExample("Rename", request_only=True, value={"title": "Refund approved"})],
         responses={200: s.SessionSerializer, **_errors(BAD_INPUT, NOT_FOUND, UNSUPPORTED)},
     ),
     destroy=extend_schema(
-        summary="Delete a session", description="With its messages, snapshots and embeddings.",
-        parameters=[SESSION_ID], responses={204: None, **_errors(NOT_FOUND)},
+        summary="Delete a session",
+        description="With its messages, snapshots and embeddings.",
+        parameters=[SESSION_ID],
+        responses={204: None, **_errors(NOT_FOUND)},
     ),
 )
 class SessionViewSet(MemoryAPIMixin, GenericViewSet):
@@ -157,7 +190,9 @@ class SessionViewSet(MemoryAPIMixin, GenericViewSet):
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):  # schema generation
             return Session.objects.none()
-        namespace = _validated(s.SessionListQuerySerializer, self.request.query_params).get("namespace")
+        namespace = _validated(s.SessionListQuerySerializer, self.request.query_params).get(
+            "namespace"
+        )
         return Memory.sessions_queryset(self.owner_scope(), namespace=namespace)
 
     def get_memory(self) -> SessionMemory:
@@ -178,8 +213,9 @@ class SessionViewSet(MemoryAPIMixin, GenericViewSet):
         except SessionExists:
             if not get_or_create:
                 raise
-            memory = Memory.session(data["key"], owner=request.user, namespace=data.get("namespace"),
-                                    create=False)
+            memory = Memory.session(
+                data["key"], owner=request.user, namespace=data.get("namespace"), create=False
+            )
             return Response(s.SessionSerializer(memory.info()).data, status=status.HTTP_200_OK)
         return Response(s.SessionSerializer(memory.info()).data, status=status.HTTP_201_CREATED)
 
@@ -200,18 +236,18 @@ class SessionViewSet(MemoryAPIMixin, GenericViewSet):
         methods=["GET"],
         summary="Read messages",
         description="Messages with a cursor greater than `after` (and less than `before`), oldest "
-                    "first, `limit` at a time; follow `next` until it is null. With `before` "
-                    "alone the page is the `limit` messages before it and `next` pages further "
-                    "back. The answer has the shape `POST` answers: `{\"messages\", \"next\"}`.",
+        "first, `limit` at a time; follow `next` until it is null. With `before` "
+        "alone the page is the `limit` messages before it and `next` pages further "
+        'back. The answer has the shape `POST` answers: `{"messages", "next"}`.',
         parameters=[SESSION_ID, s.MessagesQuerySerializer],
         responses={200: s.MessagePageSerializer, **_errors(BAD_INPUT, NOT_FOUND)},
     )
     @extend_schema(
         methods=["POST"],
         summary="Append messages",
-        description="One OpenAI-format message, or `{\"messages\": [...]}` appended atomically (all "
-                    "or none). Answers the stored messages with their cursors. A message whose "
-                    "`idempotency_key` is already stored is returned instead of stored again.",
+        description='One OpenAI-format message, or `{"messages": [...]}` appended atomically (all '
+        "or none). Answers the stored messages with their cursors. A message whose "
+        "`idempotency_key` is already stored is returned instead of stored again.",
         parameters=[SESSION_ID],
         request=PolymorphicProxySerializer(
             component_name="AppendMessages",
@@ -220,13 +256,33 @@ class SessionViewSet(MemoryAPIMixin, GenericViewSet):
         ),
         responses={201: s.AppendedMessagesSerializer, **_errors(BAD_INPUT, NOT_FOUND, UNSUPPORTED)},
         examples=[
-            OpenApiExample("One message", value={"role": "user", "content": "Hi"}, request_only=True),
-            OpenApiExample("A batch", request_only=True, value={"messages": [
-                {"role": "user", "content": "Weather in Oslo?"},
-                {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function",
-                 "function": {"name": "weather", "arguments": "{\"city\": \"Oslo\"}"}}]},
-                {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
-            ]}),
+            OpenApiExample(
+                "One message", value={"role": "user", "content": "Hi"}, request_only=True
+            ),
+            OpenApiExample(
+                "A batch",
+                request_only=True,
+                value={
+                    "messages": [
+                        {"role": "user", "content": "Weather in Oslo?"},
+                        {
+                            "role": "assistant",
+                            "content": None,
+                            "tool_calls": [
+                                {
+                                    "id": "call_1",
+                                    "type": "function",
+                                    "function": {
+                                        "name": "weather",
+                                        "arguments": '{"city": "Oslo"}',
+                                    },
+                                }
+                            ],
+                        },
+                        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+                    ]
+                },
+            ),
         ],
     )
     @action(detail=True, methods=["get", "post"])
@@ -240,28 +296,38 @@ class SessionViewSet(MemoryAPIMixin, GenericViewSet):
         found = memory.messages(after=after, limit=limit + 1, before=before)
         backwards = before is not None and after is None
         page = found[-limit:] if backwards else found[:limit]
-        return Response({
-            "messages": s.StoredMessageSerializer(page, many=True).data,
-            "next": next_messages_link(request, page, has_more=len(found) > limit, limit=limit,
-                                       after=after, before=before),
-        })
+        return Response(
+            {
+                "messages": s.StoredMessageSerializer(page, many=True).data,
+                "next": next_messages_link(
+                    request,
+                    page,
+                    has_more=len(found) > limit,
+                    limit=limit,
+                    after=after,
+                    before=before,
+                ),
+            }
+        )
 
     def _append(self, memory: SessionMemory, data: Any) -> Response:
         if isinstance(data, dict) and "messages" in data and "role" not in data:
             unknown = sorted(set(data) - {"messages"})
             if unknown:
-                raise InvalidMessage(unknown[0], "unknown field (a batch is {\"messages\": [...]})")
+                raise InvalidMessage(unknown[0], 'unknown field (a batch is {"messages": [...]})')
             stored = memory.add_many(data["messages"])
         else:
             stored = [memory.add(data)]
-        return Response({"messages": s.StoredMessageSerializer(stored, many=True).data, "next": None},
-                        status=status.HTTP_201_CREATED)
+        return Response(
+            {"messages": s.StoredMessageSerializer(stored, many=True).data, "next": None},
+            status=status.HTTP_201_CREATED,
+        )
 
     @extend_schema(
         summary="Context window",
         description="What to send the model next: the latest snapshot's summary and pinned "
-                    "messages, system messages, then the newest messages that fit the budgets "
-                    "(tool calls and their results are kept or dropped together).",
+        "messages, system messages, then the newest messages that fit the budgets "
+        "(tool calls and their results are kept or dropped together).",
         parameters=[SESSION_ID, s.WindowQuerySerializer],
         responses={200: s.WindowSerializer, **_errors(BAD_INPUT, NOT_FOUND)},
     )
@@ -278,8 +344,9 @@ class SessionViewSet(MemoryAPIMixin, GenericViewSet):
         parameters=[SESSION_ID],
         responses={
             200: s.SnapshotSerializer,
-            404: OpenApiResponse(_ERROR, description="No such session, or it has no snapshot yet "
-                                                     "(code no_snapshot)."),
+            404: OpenApiResponse(
+                _ERROR, description="No such session, or it has no snapshot yet (code no_snapshot)."
+            ),
             **AUTH_ERRORS,
         },
     )
@@ -287,23 +354,37 @@ class SessionViewSet(MemoryAPIMixin, GenericViewSet):
         methods=["POST"],
         summary="Save a snapshot (compare-and-swap)",
         description="Saves a summary standing for every message up to `upto`. `prev_version` is "
-                    "the latest version you read (omit it if there was none): if another snapshot "
-                    "was saved since, nothing is written and the answer is 409 with the current "
-                    "snapshot. `upto` must move past the previous snapshot and lie within the log.",
+        "the latest version you read (omit it if there was none): if another snapshot "
+        "was saved since, nothing is written and the answer is 409 with the current "
+        "snapshot. `upto` must move past the previous snapshot and lie within the log.",
         parameters=[SESSION_ID],
         request=s.SnapshotCreateSerializer,
         examples=[
-            OpenApiExample("First snapshot", request_only=True, value={
-                "summary": "The user asked about the weather in Oslo; it is sunny.", "upto": 2,
-                "pinned": [{"role": "user", "content": "Task: plan a day in Oslo."}]}),
-            OpenApiExample("Next snapshot", request_only=True, value={
-                "summary": "Weather checked; the user now plans a museum visit.", "upto": 4,
-                "prev_version": 1}),
+            OpenApiExample(
+                "First snapshot",
+                request_only=True,
+                value={
+                    "summary": "The user asked about the weather in Oslo; it is sunny.",
+                    "upto": 2,
+                    "pinned": [{"role": "user", "content": "Task: plan a day in Oslo."}],
+                },
+            ),
+            OpenApiExample(
+                "Next snapshot",
+                request_only=True,
+                value={
+                    "summary": "Weather checked; the user now plans a museum visit.",
+                    "upto": 4,
+                    "prev_version": 1,
+                },
+            ),
         ],
         responses={
             201: s.SnapshotSerializer,
-            409: OpenApiResponse(s.SnapshotConflictSerializer,
-                                 description="Another snapshot was saved since `prev_version`."),
+            409: OpenApiResponse(
+                s.SnapshotConflictSerializer,
+                description="Another snapshot was saved since `prev_version`.",
+            ),
             **_errors(BAD_INPUT, NOT_FOUND, UNSUPPORTED),
         },
     )
@@ -313,24 +394,28 @@ class SessionViewSet(MemoryAPIMixin, GenericViewSet):
         if request.method == "POST":
             data = _validated(s.SnapshotCreateSerializer, request.data)
             saved = memory.save_snapshot(
-                data.pop("summary"), upto=data.pop("upto"), prev=data.pop("prev_version", None),
+                data.pop("summary"),
+                upto=data.pop("upto"),
+                prev=data.pop("prev_version", None),
                 **data,
             )
             return Response(s.SnapshotSerializer(saved).data, status=status.HTTP_201_CREATED)
         latest = memory.latest_snapshot()
         if latest is None:
-            return Response({"detail": "This session has no snapshot yet.", "code": "no_snapshot"},
-                            status=status.HTTP_404_NOT_FOUND)
+            return Response(
+                {"detail": "This session has no snapshot yet.", "code": "no_snapshot"},
+                status=status.HTTP_404_NOT_FOUND,
+            )
         return Response(s.SnapshotSerializer(latest).data)
 
     # -- recall and summarization -----------------------------------------------------------
     @extend_schema(
         summary="Search messages",
         description="Messages matching `q`, best first, each with its score, cursor, session id "
-                    "and the message in OpenAI form (never its embedding). `scope=owner` searches "
-                    "every session of this session's owner: yours (staff allowed to see other "
-                    "owners' sessions search that owner's). A bad parameter is 400 "
-                    "(`invalid_search` or `invalid`) with `field` naming it.",
+        "and the message in OpenAI form (never its embedding). `scope=owner` searches "
+        "every session of this session's owner: yours (staff allowed to see other "
+        "owners' sessions search that owner's). A bad parameter is 400 "
+        "(`invalid_search` or `invalid`) with `field` naming it.",
         parameters=[SESSION_ID, s.SearchQuerySerializer],
         responses={200: s.SearchResultsSerializer, **_errors(BAD_INPUT, NOT_FOUND)},
     )
@@ -344,8 +429,8 @@ class SessionViewSet(MemoryAPIMixin, GenericViewSet):
     @extend_schema(
         summary="Summarize in the background",
         description="Enqueues the summarize_session task, which saves a snapshot covering all but "
-                    "the newest `keep_recent` messages (nothing when there is nothing to cover). "
-                    "Answers 202 with the task's id; without a broker the task has already run.",
+        "the newest `keep_recent` messages (nothing when there is nothing to cover). "
+        "Answers 202 with the task's id; without a broker the task has already run.",
         parameters=[SESSION_ID],
         request=s.SummarizeSerializer,
         examples=[OpenApiExample("Keep the last 10", request_only=True, value={"keep_recent": 10})],
@@ -357,18 +442,25 @@ class SessionViewSet(MemoryAPIMixin, GenericViewSet):
         data = _validated(s.SummarizeSerializer, request.data)
         scheduled = memory.schedule_summary(keep_recent=data.get("keep_recent"))
         if scheduled.state == "failed":
-            return Response({"detail": f"Summarization could not be scheduled: {scheduled.error}",
-                             "code": "broker_unavailable"}, status=status.HTTP_503_SERVICE_UNAVAILABLE,
-                            headers={"Retry-After": "5"})
-        return Response({"task_id": scheduled.task_id, "state": scheduled.state},
-                        status=status.HTTP_202_ACCEPTED)
+            return Response(
+                {
+                    "detail": f"Summarization could not be scheduled: {scheduled.error}",
+                    "code": "broker_unavailable",
+                },
+                status=status.HTTP_503_SERVICE_UNAVAILABLE,
+                headers={"Retry-After": "5"},
+            )
+        return Response(
+            {"task_id": scheduled.task_id, "state": scheduled.state},
+            status=status.HTTP_202_ACCEPTED,
+        )
 
     @extend_schema(
         summary="Context with recall",
         description="The window (as `window/`) plus up to `recall_k` older messages relevant to "
-                    "`q`, all within `max_tokens`. Recalled messages appear only inside ONE "
-                    "system message that labels them untrusted reference data (its cursor is "
-                    "null), never as instructions.",
+        "`q`, all within `max_tokens`. Recalled messages appear only inside ONE "
+        "system message that labels them untrusted reference data (its cursor is "
+        "null), never as instructions.",
         parameters=[SESSION_ID, s.ContextQuerySerializer],
         responses={200: s.ContextSerializer, **_errors(BAD_INPUT, NOT_FOUND)},
     )
@@ -382,7 +474,7 @@ class SessionViewSet(MemoryAPIMixin, GenericViewSet):
     @extend_schema(
         summary="Export a session",
         description="The whole session as lossless JSON (messages with cursors, snapshots, "
-                    "metadata); POST it to `sessions/import/` to restore it.",
+        "metadata); POST it to `sessions/import/` to restore it.",
         parameters=[SESSION_ID],
         responses={200: s.SessionExportSerializer, **_errors(NOT_FOUND)},
     )
@@ -393,7 +485,7 @@ class SessionViewSet(MemoryAPIMixin, GenericViewSet):
     @extend_schema(
         summary="Import a session",
         description="Restores an export as a new session of yours, with the same cursors, "
-                    "snapshots and metadata. `?key=` / `?namespace=` store it under another name.",
+        "snapshots and metadata. `?key=` / `?namespace=` store it under another name.",
         parameters=[s.ImportQuerySerializer],
         request=s.SessionExportSerializer,
         responses={
@@ -411,7 +503,7 @@ class SessionViewSet(MemoryAPIMixin, GenericViewSet):
     @extend_schema(
         summary="Clear a session",
         description="Removes its messages, snapshots, embeddings and metadata; the session stays "
-                    "and new messages get new cursors (cursors are never reused).",
+        "and new messages get new cursors (cursors are never reused).",
         parameters=[SESSION_ID],
         request=None,
         responses={200: s.SessionSerializer, **_errors(NOT_FOUND)},
@@ -425,17 +517,18 @@ class SessionViewSet(MemoryAPIMixin, GenericViewSet):
 
 # -- per owner: export and erase everything of the requesting user (memory_app.owners) ------------
 
+
 @extend_schema_view(
     export=extend_schema(
         summary="Export all your memory",
         description="Every session you own (messages, snapshots, metadata) as one JSON document, "
-                    "streamed. Each element of `sessions` restores with POST `sessions/import/`.",
+        "streamed. Each element of `sessions` restores with POST `sessions/import/`.",
         responses={200: s.OwnerExportSerializer, **AUTH_ERRORS},
     ),
     erase=extend_schema(
         summary="Erase all your memory",
         description="Deletes every session you own with its messages, snapshots, embeddings "
-                    "and metadata, in one transaction. Requires `{\"confirm\": \"erase\"}`.",
+        'and metadata, in one transaction. Requires `{"confirm": "erase"}`.',
         request=s.OwnerEraseSerializer,
         examples=[OpenApiExample("Confirm", request_only=True, value={"confirm": "erase"})],
         responses={200: s.ErasedRowsSerializer, **_errors(BAD_INPUT, UNSUPPORTED)},
@@ -446,8 +539,9 @@ class OwnerViewSet(MemoryAPIMixin, ViewSet):
 
     @action(detail=False, methods=["get"])
     def export(self, request: Request) -> StreamingHttpResponse:
-        response = StreamingHttpResponse(Memory.iter_owner_export(request.user),
-                                         content_type="application/json")
+        response = StreamingHttpResponse(
+            Memory.iter_owner_export(request.user), content_type="application/json"
+        )
         response["Content-Disposition"] = 'attachment; filename="memory-export.json"'
         return response
 

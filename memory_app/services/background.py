@@ -39,7 +39,9 @@ REEMBED_TASK = "memory_app.embed_session"
 
 
 # ---- what the tasks (and inline runs) do ---------------------------------------------------------
-def run_summary(session_id, *, keep_recent: int | None = None, task_id: str | None = None) -> dict | None:
+def run_summary(
+    session_id, *, keep_recent: int | None = None, task_id: str | None = None
+) -> dict | None:
     """Compact one session, keyed by ``task_id`` (a redelivered task saves nothing twice).
     ``{"version", "upto", "partial"}`` of the snapshot saved, or ``None`` (nothing to cover, or
     the session is gone). Raises ``SummarizerError`` / ``SnapshotConflict`` for a retry."""
@@ -50,8 +52,11 @@ def run_summary(session_id, *, keep_recent: int | None = None, task_id: str | No
         return None
     if snapshot is None:
         return None
-    return {"version": snapshot.version, "upto": snapshot.upto,
-            "partial": bool(snapshot.metadata.get("partial"))}
+    return {
+        "version": snapshot.version,
+        "upto": snapshot.upto,
+        "partial": bool(snapshot.metadata.get("partial")),
+    }
 
 
 def run_embedding(session_id, *, cursors: list[int] | None = None, reembed: bool = False) -> int:
@@ -84,7 +89,9 @@ def _publish(name: str, *, args: list, kwargs: dict, task_id: str) -> None:
     # default kombu keeps reconnecting for seconds).
     with app.pool.acquire(block=True) as connection:
         connection.ensure_connection(max_retries=1, interval_start=0)
-        task.apply_async(args=args, kwargs=kwargs, task_id=task_id, connection=connection, retry=False)
+        task.apply_async(
+            args=args, kwargs=kwargs, task_id=task_id, connection=connection, retry=False
+        )
 
 
 # ---- the summarize lock --------------------------------------------------------------------------
@@ -146,12 +153,15 @@ def release_summary_lock(session_id, task_id: str) -> None:
             client.eval(_RELEASE_SCRIPT, 1, lock_key(session_id), task_id)
     except Exception:
         # The lock expires on its own after SUMMARIZE_LOCK_SECONDS.
-        logger.warning("could not release the summarize lock of session %s", session_id, exc_info=True)
+        logger.warning(
+            "could not release the summarize lock of session %s", session_id, exc_info=True
+        )
 
 
 # ---- scheduling ----------------------------------------------------------------------------------
-def schedule_summary(session_id, *, keep_recent: int | None = None,
-                     fail_silently: bool = True) -> Scheduled:
+def schedule_summary(
+    session_id, *, keep_recent: int | None = None, fail_silently: bool = True
+) -> Scheduled:
     """Summarize the session in the background, unless a run is already queued or running.
 
     Failures (Redis, the broker, an inline summarizer error) are logged and reported as
@@ -174,14 +184,19 @@ def schedule_summary(session_id, *, keep_recent: int | None = None,
     kwargs = {} if keep_recent is None else {"keep_recent": keep_recent}
     try:
         client = _lock_redis()
-        if client is not None and not client.set(lock_key(session_id), task_id, nx=True,
-                                                 ex=memory_settings.SUMMARIZE_LOCK_SECONDS):
+        if client is not None and not client.set(
+            lock_key(session_id), task_id, nx=True, ex=memory_settings.SUMMARIZE_LOCK_SECONDS
+        ):
             return Scheduled("pending")
     except Exception as err:
         if not fail_silently:
             raise
-        logger.warning("could not take the summarize lock of session %s; the over-threshold "
-                       "sweep will enqueue it later", session_id, exc_info=True)
+        logger.warning(
+            "could not take the summarize lock of session %s; the over-threshold "
+            "sweep will enqueue it later",
+            session_id,
+            exc_info=True,
+        )
         return Scheduled("failed", error=str(err))
     try:
         _publish(SUMMARIZE_TASK, args=[str(session_id)], kwargs=kwargs, task_id=task_id)
@@ -189,30 +204,45 @@ def schedule_summary(session_id, *, keep_recent: int | None = None,
         release_summary_lock(session_id, task_id)
         if not fail_silently:
             raise
-        logger.warning("could not enqueue summarization of session %s; the over-threshold "
-                       "sweep will enqueue it later", session_id, exc_info=True)
+        logger.warning(
+            "could not enqueue summarization of session %s; the over-threshold "
+            "sweep will enqueue it later",
+            session_id,
+            exc_info=True,
+        )
         return Scheduled("failed", error=str(err))
     return Scheduled("queued", task_id)
 
 
-def schedule_embedding(session_id, *, cursors: list[int] | None = None, reembed: bool = False,
-                       fail_silently: bool = True) -> Scheduled:
+def schedule_embedding(
+    session_id,
+    *,
+    cursors: list[int] | None = None,
+    reembed: bool = False,
+    fail_silently: bool = True,
+) -> Scheduled:
     """Embed the session's messages at ``cursors`` (all missing ones when ``None``; all again
     with ``reembed``) in the background. A failure leaves them for ``memory_embed``."""
     task_id = str(uuid.uuid4())
     try:
         if inline():
-            return Scheduled("ran", task_id,
-                             result=run_embedding(session_id, cursors=cursors, reembed=reembed))
+            return Scheduled(
+                "ran", task_id, result=run_embedding(session_id, cursors=cursors, reembed=reembed)
+            )
         if reembed or cursors is None:
-            _publish(REEMBED_TASK, args=[str(session_id)], kwargs={"reembed": reembed}, task_id=task_id)
+            _publish(
+                REEMBED_TASK, args=[str(session_id)], kwargs={"reembed": reembed}, task_id=task_id
+            )
         else:
             _publish(EMBED_TASK, args=[str(session_id), list(cursors)], kwargs={}, task_id=task_id)
     except Exception as err:
         if not fail_silently:
             raise
-        logger.warning("could not embed messages of session %s; memory_embed will catch up",
-                       session_id, exc_info=True)
+        logger.warning(
+            "could not embed messages of session %s; memory_embed will catch up",
+            session_id,
+            exc_info=True,
+        )
         return Scheduled("failed", task_id, error=str(err))
     return Scheduled("queued", task_id)
 
@@ -221,12 +251,16 @@ def schedule_import_embedding(session_id, *, using: str | None = None) -> None:
     """Once the transaction that imported a session commits, embed its messages as appends
     would have been: all of them (``EMBED_ON_APPEND``) or the remembered ones. Never raises
     (a failure leaves them for ``memory_embed``)."""
+
     def embed() -> None:
         if memory_settings.EMBED_ON_APPEND:
             schedule_embedding(session_id)  # every missing vector the SHOULD_RECALL hook wants
             return
-        cursors = list(Message.objects.filter(session_id=session_id, remember=True)
-                       .order_by("seq").values_list("seq", flat=True))
+        cursors = list(
+            Message.objects.filter(session_id=session_id, remember=True)
+            .order_by("seq")
+            .values_list("seq", flat=True)
+        )
         if cursors:
             schedule_embedding(session_id, cursors=cursors)
 
@@ -240,12 +274,18 @@ def needs_summary(session_id, *, threshold: int | None = None) -> bool:
         threshold = memory_settings.SUMMARIZE_THRESHOLD_TOKENS
     if threshold is None:
         return False
-    row = Session.objects.filter(pk=session_id).values_list("tokens_since_snapshot", "next_seq").first()
+    row = (
+        Session.objects.filter(pk=session_id)
+        .values_list("tokens_since_snapshot", "next_seq")
+        .first()
+    )
     if row is None or row[0] <= threshold:
         return False
     _tokens, next_seq = row
     # Without more than keep_recent messages after the snapshot a run would cover nothing.
-    return (next_seq - 1) - snapshots.latest_upto(session_id) > memory_settings.SUMMARIZE_KEEP_RECENT
+    return (next_seq - 1) - snapshots.latest_upto(
+        session_id
+    ) > memory_settings.SUMMARIZE_KEEP_RECENT
 
 
 def summarize_if_needed(session_id) -> Scheduled | None:

@@ -39,8 +39,9 @@ logger = logging.getLogger(__name__)
 
 
 # ---- choosing what to cover ------------------------------------------------------------------
-def covered_range(tail: Sequence[StoredMessage], keep_recent: int,
-                  max_tokens: int | None = None) -> list[StoredMessage]:
+def covered_range(
+    tail: Sequence[StoredMessage], keep_recent: int, max_tokens: int | None = None
+) -> list[StoredMessage]:
     """The messages of ``tail`` (those after the latest snapshot, oldest first) to summarize.
 
     All but the newest ``keep_recent`` (and the oldest of them that fit ``max_tokens``), moved
@@ -74,7 +75,7 @@ def covered_range(tail: Sequence[StoredMessage], keep_recent: int,
             start -= 1
         if start >= 0 and tail[start].role == "assistant" and tail[start].tool_calls:
             asked = {call.get("id") for call in tail[start].tool_calls}
-            answered = {m.tool_call_id for m in tail[start + 1: cut]}
+            answered = {m.tool_call_id for m in tail[start + 1 : cut]}
             if not asked <= answered:
                 cut = start  # results still to come: leave the whole group out
     return list(tail[:cut])
@@ -103,7 +104,11 @@ def compact(
     """
     keep_recent = check_keep_recent(keep_recent)
     attempts = max_attempts if max_attempts is not None else memory_settings.SUMMARIZE_MAX_ATTEMPTS
-    if isinstance(attempts, bool) or not isinstance(attempts, int) or not 1 <= attempts <= MAX_COUNT:
+    if (
+        isinstance(attempts, bool)
+        or not isinstance(attempts, int)
+        or not 1 <= attempts <= MAX_COUNT
+    ):
         raise InvalidSnapshot("max_attempts", f"must be a positive integer, not {attempts!r}")
     summarizer = summarizer if summarizer is not None else get_summarizer()
     conflict: SnapshotConflict | None = None
@@ -131,15 +136,25 @@ def compact(
         if partial:
             metadata["partial"] = True
         try:
-            new = check_snapshot(summary.strip(), upto=covered[-1].cursor, prev=previous,
-                                 pinned=previous.pinned if previous else (),
-                                 model=getattr(summarizer, "model", "") or "", metadata=metadata)
+            new = check_snapshot(
+                summary.strip(),
+                upto=covered[-1].cursor,
+                prev=previous,
+                pinned=previous.pinned if previous else (),
+                model=getattr(summarizer, "model", "") or "",
+                metadata=metadata,
+            )
             if memory_settings.PRUNE_COMPACTED:
                 embedding.promote_before_pruning(session_id, new.upto)
             return snapshots.save(session_id, new, prune=memory_settings.PRUNE_COMPACTED)
         except SnapshotConflict as err:
             conflict = err
-            logger.info("compaction of session %s lost a race (attempt %d/%d): %s",
-                        session_id, attempt, attempts, err)
+            logger.info(
+                "compaction of session %s lost a race (attempt %d/%d): %s",
+                session_id,
+                attempt,
+                attempts,
+                err,
+            )
     assert conflict is not None
     raise conflict

@@ -73,8 +73,11 @@ def ensure_hnsw_index(model_name: str, dimensions: int, *, using: str | None = N
     if connection.vendor != "postgresql":
         return None
     if dimensions > MAX_HALFVEC_INDEX_DIMS:
-        logger.warning("%s: %d dimensions is too many for an HNSW index; owner-scope search "
-                       "will scan", model_name, dimensions)
+        logger.warning(
+            "%s: %d dimensions is too many for an HNSW index; owner-scope search will scan",
+            model_name,
+            dimensions,
+        )
         return None
     index = hnsw_index_name(model_name)
     with connection.cursor() as cursor:
@@ -96,12 +99,26 @@ def ensure_hnsw_index(model_name: str, dimensions: int, *, using: str | None = N
     return index
 
 
-_EMBED_FIELDS = ("id", "session_id", "session__owner_id", "seq", "role", "content", "remember",
-                 "created_at")
+_EMBED_FIELDS = (
+    "id",
+    "session_id",
+    "session__owner_id",
+    "seq",
+    "role",
+    "content",
+    "remember",
+    "created_at",
+)
 
 
-def _pending(model_name: str, *, session_ids: Sequence | None = None,
-             cursors: Sequence[int] | None = None, upto: int | None = None, replace: bool = False):
+def _pending(
+    model_name: str,
+    *,
+    session_ids: Sequence | None = None,
+    cursors: Sequence[int] | None = None,
+    upto: int | None = None,
+    replace: bool = False,
+):
     qs = Message.objects.exclude(content="")  # nothing to embed (e.g. a bare tool call)
     if session_ids is not None:
         qs = qs.filter(session_id__in=list(session_ids))
@@ -116,9 +133,15 @@ def _pending(model_name: str, *, session_ids: Sequence | None = None,
 
 def _embeddable(rows: list[tuple], hook) -> list[tuple]:
     """The rows (``_EMBED_FIELDS``, content decrypted) the ``SHOULD_RECALL`` hook wants embedded."""
-    return [row for row in rows
-            if hook.for_message(StoredMessage(cursor=row[3], role=row[4], content=row[5] or "",
-                                              remember=row[6], id=row[0]))]
+    return [
+        row
+        for row in rows
+        if hook.for_message(
+            StoredMessage(
+                cursor=row[3], role=row[4], content=row[5] or "", remember=row[6], id=row[0]
+            )
+        )
+    ]
 
 
 def _decrypted(rows: list[tuple]) -> list[tuple]:
@@ -126,8 +149,12 @@ def _decrypted(rows: list[tuple]) -> list[tuple]:
     return [(*row[:5], decrypt_text(row[5] or ""), *row[6:]) for row in rows]
 
 
-def count_missing(*, embedder: Embedder | None = None, session_ids: Sequence | None = None,
-                  batch_size: int | None = None) -> int:
+def count_missing(
+    *,
+    embedder: Embedder | None = None,
+    session_ids: Sequence | None = None,
+    batch_size: int | None = None,
+) -> int:
     """Messages ``embed_messages`` would embed: without a vector from ``embedder`` (the
     configured one by default) and wanted by the ``SHOULD_RECALL`` hook. Messages it declines
     (no text, bare acknowledgements) are never embedded, so they are not counted as pending.
@@ -141,7 +168,9 @@ def count_missing(*, embedder: Embedder | None = None, session_ids: Sequence | N
     qs = _pending(embedder.name, session_ids=session_ids)
     total, last_id = 0, 0
     while True:
-        batch = list(qs.filter(id__gt=last_id).order_by("id").values_list(*_EMBED_FIELDS)[:batch_size])
+        batch = list(
+            qs.filter(id__gt=last_id).order_by("id").values_list(*_EMBED_FIELDS)[:batch_size]
+        )
         if not batch:
             return total
         last_id = batch[-1][0]
@@ -174,7 +203,9 @@ def embed_messages(
     embedder = embedder or get_embedder()
     batch_size = int(batch_size or memory_settings.EMBED_BATCH_SIZE)
     hook = should_recall()
-    qs = _pending(embedder.name, session_ids=session_ids, cursors=cursors, upto=upto, replace=replace)
+    qs = _pending(
+        embedder.name, session_ids=session_ids, cursors=cursors, upto=upto, replace=replace
+    )
     using = router.db_for_write(Embedding)
     index_checked = False
     stored = seen = 0
@@ -194,22 +225,29 @@ def embed_messages(
                 ensure_hnsw_index(embedder.name, dims, using=using)
                 index_checked = True
             objs = [
-                Embedding(message_id=row[0], session_id=row[1], owner_id=row[2], cursor=row[3],
-                          role=row[4], message_created_at=row[7], model=embedder.name,
-                          dimensions=dims, vector=vector)
+                Embedding(
+                    message_id=row[0],
+                    session_id=row[1],
+                    owner_id=row[2],
+                    cursor=row[3],
+                    role=row[4],
+                    message_created_at=row[7],
+                    model=embedder.name,
+                    dimensions=dims,
+                    vector=vector,
+                )
                 for row, vector in zip(wanted, vectors, strict=True)
             ]
             with transaction.atomic(using=using):
                 if replace:
-                    Embedding.objects.filter(message_id__in=[r[0] for r in wanted],
-                                             model=embedder.name).delete()
+                    Embedding.objects.filter(
+                        message_id__in=[r[0] for r in wanted], model=embedder.name
+                    ).delete()
                 created = Embedding.objects.bulk_create(objs, ignore_conflicts=True)
             stored += len(created)
         if progress:
             progress(len(wanted))
     return stored
-
-
 
 
 def promote_before_pruning(session_id, upto: int) -> int:
@@ -224,7 +262,9 @@ def promote_before_pruning(session_id, upto: int) -> int:
     try:
         return embed_messages(session_ids=[session_id], upto=upto)
     except EmbedderError:
-        logger.exception("could not embed the messages of session %s before pruning them", session_id)
+        logger.exception(
+            "could not embed the messages of session %s before pruning them", session_id
+        )
         return 0
 
 
@@ -237,19 +277,24 @@ def promote_important(session_id, messages: list[StoredMessage]) -> list[StoredM
     scorer = importance_scorer()
     if scorer is None:
         return messages
-    promoted = [i for i, m in enumerate(messages) if not m.remember and scorer.score(m) >= threshold]
+    promoted = [
+        i for i, m in enumerate(messages) if not m.remember and scorer.score(m) >= threshold
+    ]
     if not promoted:
         return messages
     using = router.db_for_write(Message)
     try:
         with transaction.atomic(using=using):
-            Message.objects.filter(session_id=session_id,
-                                   seq__in=[messages[i].cursor for i in promoted]).update(remember=True)
+            Message.objects.filter(
+                session_id=session_id, seq__in=[messages[i].cursor for i in promoted]
+            ).update(remember=True)
     except DatabaseError:
         if connections[using].in_atomic_block:
             raise  # the caller's transaction is broken anyway: let it roll back whole
         # The append itself has committed: failing now would make the caller retry it.
-        logger.exception("could not mark important messages of session %s as remembered", session_id)
+        logger.exception(
+            "could not mark important messages of session %s as remembered", session_id
+        )
         return messages
     messages = list(messages)
     for i in promoted:

@@ -41,8 +41,9 @@ def _first_seen(rankings: Mapping[str, Ranking]) -> dict[Any, int]:
     return seen
 
 
-def weighted_rrf(rankings: Mapping[str, Ranking], *, k: float = 60.0,
-                 weights: Mapping[str, float] | None = None) -> list[tuple[Any, float]]:
+def weighted_rrf(
+    rankings: Mapping[str, Ranking], *, k: float = 60.0, weights: Mapping[str, float] | None = None
+) -> list[tuple[Any, float]]:
     """Reciprocal rank fusion: ``sum over rankings of weight / (k + rank)`` (ranks from 1)."""
     if k < 0:
         raise ValueError("k must be >= 0")
@@ -70,12 +71,18 @@ def normalise(ranking: Ranking, method: str = "minmax") -> dict[Any, float]:
     return {item: (float(s) - mean) / spread if spread > 0 else 0.0 for item, s in ranking}
 
 
-def combsum(rankings: Mapping[str, Ranking], *, weights: Mapping[str, float] | None = None,
-            method: str = "minmax") -> list[tuple[Any, float]]:
+def combsum(
+    rankings: Mapping[str, Ranking],
+    *,
+    weights: Mapping[str, float] | None = None,
+    method: str = "minmax",
+) -> list[tuple[Any, float]]:
     """Weighted sum of per-query normalised scores; a missing id gets the ranking's floor."""
     normalised = {name: normalise(r, method) for name, r in rankings.items()}
-    floors = {name: (min(n.values()) if n else 0.0) if method == "z" else 0.0
-              for name, n in normalised.items()}
+    floors = {
+        name: (min(n.values()) if n else 0.0) if method == "z" else 0.0
+        for name, n in normalised.items()
+    }
     first_seen = _first_seen(rankings)
     scores: dict[Any, float] = {}
     for item in first_seen:
@@ -97,8 +104,9 @@ def confidence(ranking: Ranking) -> float:
     return (float(ranking[0][1]) - mean) / spread if spread > 0 else 0.0
 
 
-def confident_choice(rankings: Mapping[str, Ranking], fused: Ranking, *,
-                     threshold: float) -> list[tuple[Any, float]]:
+def confident_choice(
+    rankings: Mapping[str, Ranking], fused: Ranking, *, threshold: float
+) -> list[tuple[Any, float]]:
     """The most confident ranking alone when its ``confidence()`` reaches ``threshold``, followed
     by the fused results it lacks; otherwise ``fused`` unchanged."""
     best_name, best = None, threshold
@@ -111,11 +119,14 @@ def confident_choice(rankings: Mapping[str, Ranking], fused: Ranking, *,
     chosen = list(rankings[best_name])
     have = {item for item, _ in chosen}
     floor = min((s for _, s in chosen), default=0.0)
-    return chosen + [(item, floor - 1.0 - i) for i, (item, _) in enumerate(fused) if item not in have]
+    return chosen + [
+        (item, floor - 1.0 - i) for i, (item, _) in enumerate(fused) if item not in have
+    ]
 
 
-def neighbour_boost(ranking: Ranking, neighbours: Mapping[Any, Sequence[Hashable]], *,
-                    weight: float) -> list[tuple[Any, float]]:
+def neighbour_boost(
+    ranking: Ranking, neighbours: Mapping[Any, Sequence[Hashable]], *, weight: float
+) -> list[tuple[Any, float]]:
     """Add ``weight`` x the best min-max-normalised score among each item's neighbours."""
     if not weight:
         return list(ranking)

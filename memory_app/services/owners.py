@@ -43,8 +43,9 @@ def owner_pk(owner: Any) -> Any:
     Ownerless sessions belong to nobody, so there is nobody to export them to or erase them for.
     """
     if owner is None or owner is ANY_OWNER or isinstance(owner, bool):
-        raise InvalidOwner("an owner (a user or its primary key) is required; "
-                           "ownerless sessions belong to nobody")
+        raise InvalidOwner(
+            "an owner (a user or its primary key) is required; ownerless sessions belong to nobody"
+        )
     return getattr(owner, "pk", owner)
 
 
@@ -60,14 +61,20 @@ def erase_owner(owner: Any, *, progress: Callable[[str, int], None] | None = Non
     pk = owner_pk(owner)
     using = router.db_for_write(Session)
     with transaction.atomic(using=using):
-        list(get_user_model()._default_manager.using(using).select_for_update()
-             .filter(pk=pk).values_list("pk", flat=True))
+        list(
+            get_user_model()
+            ._default_manager.using(using)
+            .select_for_update()
+            .filter(pk=pk)
+            .values_list("pk", flat=True)
+        )
         owned = Session.objects.using(using).filter(owner_id=pk)
         list(owned.select_for_update().order_by("pk").values_list("pk", flat=True))
         return sessions.delete_rows(owned, owner_id=pk, progress=progress)
 
 
 # -- exporting ---------------------------------------------------------------------------------
+
 
 @contextmanager
 def _consistent_reads(using: str) -> Iterator[None]:
@@ -89,13 +96,20 @@ def _consistent_reads(using: str) -> Iterator[None]:
 def owner_summary(owner: Any) -> dict[str, int]:
     """``{"sessions": n, "messages": n}`` of ``owner`` now (stored counters: no scan)."""
     totals = Session.objects.filter(owner_id=owner_pk(owner)).aggregate(
-        messages=Sum("message_count"))
-    return {"sessions": Session.objects.filter(owner_id=owner_pk(owner)).count(),
-            "messages": totals["messages"] or 0}
+        messages=Sum("message_count")
+    )
+    return {
+        "sessions": Session.objects.filter(owner_id=owner_pk(owner)).count(),
+        "messages": totals["messages"] or 0,
+    }
 
 
-def iter_owner_export(owner: Any, *, batch_size: int = EXPORT_BATCH_SIZE,
-                      progress: Callable[[int], None] | None = None) -> Iterator[str]:
+def iter_owner_export(
+    owner: Any,
+    *,
+    batch_size: int = EXPORT_BATCH_SIZE,
+    progress: Callable[[int], None] | None = None,
+) -> Iterator[str]:
     """The owner's export as JSON text, in pieces: a session's messages are read and written
     ``batch_size`` at a time, so memory use does not grow with the owner's history.
 
@@ -109,8 +123,12 @@ def iter_owner_export(owner: Any, *, batch_size: int = EXPORT_BATCH_SIZE,
         return json.dumps(value, cls=DjangoJSONEncoder, ensure_ascii=False)
 
     with _consistent_reads(using):
-        head = {"format": OWNER_EXPORT_FORMAT, "version": OWNER_EXPORT_VERSION,
-                "owner": {"id": pk}, "exported_at": timezone.now().isoformat()}
+        head = {
+            "format": OWNER_EXPORT_FORMAT,
+            "version": OWNER_EXPORT_VERSION,
+            "owner": {"id": pk},
+            "exported_at": timezone.now().isoformat(),
+        }
         yield dumps(head)[:-1] + ', "sessions": ['
         owned = Session.objects.filter(owner_id=pk).order_by("created_at", "pk")
         for index, session in enumerate(owned.iterator(chunk_size=100)):
@@ -118,7 +136,9 @@ def iter_owner_export(owner: Any, *, batch_size: int = EXPORT_BATCH_SIZE,
             after, first = 0, True
             while True:
                 # Bounded by next_seq as read above: a message appended since is not half in.
-                batch = log.messages(session.pk, after=after, before=session.next_seq, limit=batch_size)
+                batch = log.messages(
+                    session.pk, after=after, before=session.next_seq, limit=batch_size
+                )
                 if not batch:
                     break
                 yield ("" if first else ",") + ",".join(dumps(message_fields(m)) for m in batch)
@@ -126,7 +146,11 @@ def iter_owner_export(owner: Any, *, batch_size: int = EXPORT_BATCH_SIZE,
                 after = batch[-1].cursor
                 if progress is not None:
                     progress(len(batch))
-            yield '], "snapshots": ' + dumps([snapshot_fields(v) for v in snapshots.lineage(session.pk)]) + "}"
+            yield (
+                '], "snapshots": '
+                + dumps([snapshot_fields(v) for v in snapshots.lineage(session.pk)])
+                + "}"
+            )
         yield "]}"
 
 

@@ -77,7 +77,9 @@ def search(
     if mode in ("vector", "hybrid"):
         embedder = embedder or get_embedder()
         vector = embedder.embed_query(query)
-        rankings["vector"] = _vector_ranking(session, vector, embedder.name, depth, scope, roles, using)
+        rankings["vector"] = _vector_ranking(
+            session, vector, embedder.name, depth, scope, roles, using
+        )
     if mode in ("fulltext", "hybrid"):
         rankings["fulltext"] = _fulltext_ranking(session, query, depth, scope, roles, using)
 
@@ -87,7 +89,9 @@ def search(
             k=memory_settings.RRF_K,
         )[:limit]
     else:
-        picked = [(turn, score, {mode: i + 1}) for i, (turn, score) in enumerate(rankings[mode][:limit])]
+        picked = [
+            (turn, score, {mode: i + 1}) for i, (turn, score) in enumerate(rankings[mode][:limit])
+        ]
 
     found = _turns([turn for turn, _score, _ranks in picked], using)
     return [
@@ -120,15 +124,27 @@ def _turns(turns: Sequence[Turn], using: str) -> dict[Turn, StoredMessage]:
         where = Q()
         for sid, cursor in missing:
             where |= Q(session_id=sid, cursor=cursor)
-        kept = (Embedding.objects.using(using).filter(where, message__isnull=True)
-                .values_list("session_id", "cursor", "role", "content", "message_created_at"))
+        kept = (
+            Embedding.objects.using(using)
+            .filter(where, message__isnull=True)
+            .values_list("session_id", "cursor", "role", "content", "message_created_at")
+        )
         for sid, cursor, role, content, created_at in kept:
-            found.setdefault((sid, cursor), StoredMessage(
-                cursor=cursor, role=role, content=decrypt_text(content or ""), created_at=created_at))
+            found.setdefault(
+                (sid, cursor),
+                StoredMessage(
+                    cursor=cursor,
+                    role=role,
+                    content=decrypt_text(content or ""),
+                    created_at=created_at,
+                ),
+            )
     return found
 
 
-def reciprocal_rank_fusion(rankings: dict[str, list], *, k: int = 60) -> list[tuple[Any, float, dict[str, int]]]:
+def reciprocal_rank_fusion(
+    rankings: dict[str, list], *, k: int = 60
+) -> list[tuple[Any, float, dict[str, int]]]:
     """Fuse rankings of ids (best first): score = sum over rankings of ``1 / (k + rank)``.
 
     Returns ``(id, score, {ranking: rank})`` best first; ties keep the order of first appearance.
@@ -155,8 +171,15 @@ def _vector_literal(vector: Sequence[float]) -> str:
     return "[" + ",".join(repr(float(x)) for x in vector) + "]"
 
 
-def _vector_ranking(session: Session, vector: list[float], model_name: str, limit: int,
-                    scope: str, roles, using: str) -> list[tuple[Turn, float]]:
+def _vector_ranking(
+    session: Session,
+    vector: list[float],
+    model_name: str,
+    limit: int,
+    scope: str,
+    roles,
+    using: str,
+) -> list[tuple[Turn, float]]:
     """``((session id, cursor), cosine similarity)`` best first, pruned messages included (their
     embeddings keep cursor and role)."""
     connection = connections[using]
@@ -169,9 +192,11 @@ def _vector_ranking(session: Session, vector: list[float], model_name: str, limi
     literal = _vector_literal(vector)
     if scope == "session":
         # Exact: the session's vectors are few; the uncast column keeps the HNSW index out.
-        sql = (f"SELECT e.session_id, e.{CURSOR}, e.vector <=> %s::vector AS distance "
-               f"FROM {emb} e WHERE e.session_id = %s AND e.model = %s {role_sql} "
-               f"ORDER BY distance LIMIT %s")
+        sql = (
+            f"SELECT e.session_id, e.{CURSOR}, e.vector <=> %s::vector AS distance "
+            f"FROM {emb} e WHERE e.session_id = %s AND e.model = %s {role_sql} "
+            f"ORDER BY distance LIMIT %s"
+        )
         params = [literal, session.pk, model_name, *role_params, limit]
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
@@ -180,16 +205,20 @@ def _vector_ranking(session: Session, vector: list[float], model_name: str, limi
         cast = vector_type(len(vector))
         ses = connection.ops.quote_name(Session._meta.db_table)
         owner_sql, owner_params = _owner_clause(
-            session, "e.owner_id",
-            namespace_sql=f"e.session_id IN (SELECT id FROM {ses} WHERE owner_id IS NULL AND namespace = %s)")
+            session,
+            "e.owner_id",
+            namespace_sql=f"e.session_id IN (SELECT id FROM {ses} WHERE owner_id IS NULL AND namespace = %s)",
+        )
         distance = f"(e.vector::{cast}) <=> %s::{cast}"
         # The same expression and predicate as the partial index, so the planner can use it;
         # relaxed_order may return rows slightly out of order, hence the outer ORDER BY.
-        sql = (f"WITH hits AS MATERIALIZED ("
-               f"SELECT e.session_id, e.{CURSOR} AS turn, {distance} AS distance "
-               f"FROM {emb} e WHERE e.model = {sql_literal(model_name)} AND {owner_sql} "
-               f"{role_sql} ORDER BY {distance} LIMIT %s) "
-               f"SELECT session_id, turn, distance FROM hits ORDER BY distance")
+        sql = (
+            f"WITH hits AS MATERIALIZED ("
+            f"SELECT e.session_id, e.{CURSOR} AS turn, {distance} AS distance "
+            f"FROM {emb} e WHERE e.model = {sql_literal(model_name)} AND {owner_sql} "
+            f"{role_sql} ORDER BY {distance} LIMIT %s) "
+            f"SELECT session_id, turn, distance FROM hits ORDER BY distance"
+        )
         params = [literal, *owner_params, *role_params, literal, limit]
         with transaction.atomic(using=using), connection.cursor() as cursor:
             apply_hnsw_settings(cursor)
@@ -200,19 +229,24 @@ def _vector_ranking(session: Session, vector: list[float], model_name: str, limi
 
 def apply_hnsw_settings(cursor) -> None:
     """``SET LOCAL`` pgvector's iterative scan and search breadth for the current transaction."""
-    cursor.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), "
-                   "set_config('hnsw.ef_search', %s, true), "
-                   "set_config('hnsw.max_scan_tuples', %s, true)",
-                   [str(int(memory_settings.HNSW_EF_SEARCH)),
-                    str(int(memory_settings.HNSW_MAX_SCAN_TUPLES))])
+    cursor.execute(
+        "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), "
+        "set_config('hnsw.ef_search', %s, true), "
+        "set_config('hnsw.max_scan_tuples', %s, true)",
+        [str(int(memory_settings.HNSW_EF_SEARCH)), str(int(memory_settings.HNSW_MAX_SCAN_TUPLES))],
+    )
 
 
 def _scope_filter(qs, session: Session, scope: str, roles, *, prefix: str = ""):
     if scope == "session":
         qs = qs.filter(**{f"{prefix}session_id": session.pk})
     elif session.owner_id is None:
-        qs = qs.filter(**{f"{prefix}session__owner__isnull": True,
-                          f"{prefix}session__namespace": session.namespace})
+        qs = qs.filter(
+            **{
+                f"{prefix}session__owner__isnull": True,
+                f"{prefix}session__namespace": session.namespace,
+            }
+        )
     else:
         qs = qs.filter(**{f"{prefix}session__owner_id": session.owner_id})
     if roles is not None:
@@ -243,8 +277,9 @@ def _vector_ranking_python(session, vector, model_name, limit, scope, roles, usi
     return [((stored[i][0], stored[i][1]), float(similarity[i])) for i in order]
 
 
-def _fulltext_ranking(session: Session, query: str, limit: int, scope: str, roles,
-                      using: str) -> list[tuple[Turn, float]]:
+def _fulltext_ranking(
+    session: Session, query: str, limit: int, scope: str, roles, using: str
+) -> list[tuple[Turn, float]]:
     """``((session id, cursor), rank)`` best first: the log's messages, and the texts pruned
     messages' embeddings kept (one per turn, whatever the number of models)."""
     connection = connections[using]
@@ -264,7 +299,9 @@ def _fulltext_ranking(session: Session, query: str, limit: int, scope: str, role
             params.append(session.pk)
         else:
             join = f"JOIN {ses} s ON s.id = {alias}.session_id"
-            owner_sql, owner_params = _owner_clause(session, "s.owner_id", namespace_sql="s.namespace = %s")
+            owner_sql, owner_params = _owner_clause(
+                session, "s.owner_id", namespace_sql="s.namespace = %s"
+            )
             where.append(owner_sql)
             params += owner_params
         if roles is not None:
@@ -318,12 +355,19 @@ def _fulltext_ranking_python(session, query, limit, scope, roles, using):
     if not wanted:
         return []
     need = len(wanted) if memory_settings.FULLTEXT_MATCH == "all" else 1
-    texts = list(_scope_filter(Message.objects.using(using), session, scope, roles)
-                 .values_list("session_id", "seq", "content", "created_at"))
-    pruned = (_scope_filter(Embedding.objects.using(using), session, scope, roles)
-              .filter(message__isnull=True)
-              .values_list("session_id", "cursor", "content", "message_created_at"))
-    texts += list({(sid, cursor): (sid, cursor, content, at) for sid, cursor, content, at in pruned}.values())
+    texts = list(
+        _scope_filter(Message.objects.using(using), session, scope, roles).values_list(
+            "session_id", "seq", "content", "created_at"
+        )
+    )
+    pruned = (
+        _scope_filter(Embedding.objects.using(using), session, scope, roles)
+        .filter(message__isnull=True)
+        .values_list("session_id", "cursor", "content", "message_created_at")
+    )
+    texts += list(
+        {(sid, cursor): (sid, cursor, content, at) for sid, cursor, content, at in pruned}.values()
+    )
     scored = []
     for sid, cursor, content, at in texts:
         terms = _terms(decrypt_text(content or ""))
@@ -354,14 +398,18 @@ def _quote(text: str) -> str:
     return json.dumps(text, ensure_ascii=False).replace("<", "\\u003c").replace(">", "\\u003e")
 
 
-def recall_message(results: Sequence[SearchResult], *, session_id=None,
-                   session_keys: dict | None = None) -> dict[str, Any]:
+def recall_message(
+    results: Sequence[SearchResult], *, session_id=None, session_keys: dict | None = None
+) -> dict[str, Any]:
     """The system message holding ``results`` as quoted, labelled, untrusted data."""
     lines = [RECALL_HEADER, RECALL_OPEN]
     for n, result in enumerate(results, start=1):
         m = result.message
-        where = ("this conversation" if result.session_id == session_id else
-                 f"conversation {_quote((session_keys or {}).get(result.session_id, str(result.session_id)))}")
+        where = (
+            "this conversation"
+            if result.session_id == session_id
+            else f"conversation {_quote((session_keys or {}).get(result.session_id, str(result.session_id)))}"
+        )
         when = f", {m.created_at:%Y-%m-%d}" if m.created_at else ""
         lines.append(f"[{n}] {m.role} in {where}, cursor {m.cursor}{when}: {_quote(m.content)}")
     lines.append(RECALL_CLOSE)
@@ -421,25 +469,42 @@ def recall_context(
     reserve = None if max_tokens is None or not wanted else recall_reserve(max_tokens, encoding)
     if reserve is not None and reserve > max_tokens:
         wanted, reserve = False, None  # not even the block's header fits: a plain window
-    first = windows.window(session.pk, max_messages, max_tokens if reserve is None else max_tokens - reserve,
-                           model=model)
+    first = windows.window(
+        session.pk,
+        max_messages,
+        max_tokens if reserve is None else max_tokens - reserve,
+        model=model,
+    )
     if not wanted:
         return RecallWindow(**_fields(first))
 
-    candidates = search(session, query, limit=min(1000, recall_k + len(first.messages) + 5),
-                        scope=scope, roles=roles, mode=mode)
+    candidates = search(
+        session,
+        query,
+        limit=min(1000, recall_k + len(first.messages) + 5),
+        scope=scope,
+        roles=roles,
+        mode=mode,
+    )
 
     def pick(window: Window, budget: int | None) -> tuple[list[SearchResult], dict | None, int]:
         in_window = {c for c in window.cursors if c is not None}
-        seen_texts = {_normal_text(m.get("content")) for m in window.messages
-                      if isinstance(m.get("content"), str)}
+        seen_texts = {
+            _normal_text(m.get("content"))
+            for m in window.messages
+            if isinstance(m.get("content"), str)
+        }
         chosen: list[SearchResult] = []
         block, cost = None, 0
         for result in candidates:
             if len(chosen) >= recall_k:
                 break
             text = _normal_text(result.message.content)
-            if (result.session_id == session.pk and result.cursor in in_window) or not text or text in seen_texts:
+            if (
+                (result.session_id == session.pk and result.cursor in in_window)
+                or not text
+                or text in seen_texts
+            ):
                 continue
             trial = recall_message([*chosen, result], session_id=session.pk, session_keys=keys)
             trial_cost = count_message(trial, encoding)
@@ -450,7 +515,9 @@ def recall_context(
             block, cost = trial, trial_cost
         return chosen, block, cost
 
-    keys = dict(Session.objects.filter(pk__in={r.session_id for r in candidates}).values_list("pk", "key"))
+    keys = dict(
+        Session.objects.filter(pk__in={r.session_id for r in candidates}).values_list("pk", "key")
+    )
     chosen, block, cost = pick(first, reserve)
     if block is None:
         window = windows.window(session.pk, max_messages, max_tokens, model=model)
@@ -459,11 +526,21 @@ def recall_context(
             return RecallWindow(**_fields(window))
     else:
         # The window may take what the block left unused; then drop recalled ones it now holds.
-        window = windows.window(session.pk, max_messages, None if max_tokens is None else max_tokens - cost, model=model)
+        window = windows.window(
+            session.pk, max_messages, None if max_tokens is None else max_tokens - cost, model=model
+        )
         in_window = {c for c in window.cursors if c is not None}
-        texts = {_normal_text(m.get("content")) for m in window.messages if isinstance(m.get("content"), str)}
-        kept = [r for r in chosen if not (r.session_id == session.pk and r.cursor in in_window)
-                and _normal_text(r.message.content) not in texts]
+        texts = {
+            _normal_text(m.get("content"))
+            for m in window.messages
+            if isinstance(m.get("content"), str)
+        }
+        kept = [
+            r
+            for r in chosen
+            if not (r.session_id == session.pk and r.cursor in in_window)
+            and _normal_text(r.message.content) not in texts
+        ]
         if len(kept) != len(chosen):
             chosen = kept
             if not chosen:
@@ -476,8 +553,12 @@ def recall_context(
     messages.insert(at, block)
     cursors.insert(at, None)
     fields = _fields(window)
-    fields.update(messages=messages, cursors=cursors, tokens=window.tokens + cost,
-                  budget_tokens=window.budget_tokens + cost)
+    fields.update(
+        messages=messages,
+        cursors=cursors,
+        tokens=window.tokens + cost,
+        budget_tokens=window.budget_tokens + cost,
+    )
     return RecallWindow(**fields, recalled=tuple(chosen), recall_tokens=cost)
 
 

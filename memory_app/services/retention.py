@@ -37,8 +37,13 @@ from ..store import policies, sessions, snapshots
 from . import background
 
 __all__ = [
-    "apply_retention", "policy_for", "prune_expired", "prune_idle", "sweep_embeddings",
-    "sweep_summaries", "trim_to_policy",
+    "apply_retention",
+    "policy_for",
+    "prune_expired",
+    "prune_idle",
+    "sweep_embeddings",
+    "sweep_summaries",
+    "trim_to_policy",
 ]
 
 
@@ -54,13 +59,17 @@ def _batch_size(value: Any) -> int:
     if value is None:
         value = memory_settings.SWEEP_BATCH_SIZE
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidCursor(f"batch_size must be a positive integer, not {value!r}", field="batch_size")
+        raise InvalidCursor(
+            f"batch_size must be a positive integer, not {value!r}", field="batch_size"
+        )
     return value
 
 
 def _max_batches(value: Any) -> int | None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise InvalidCursor(f"max_batches must be a positive integer, not {value!r}", field="max_batches")
+        raise InvalidCursor(
+            f"max_batches must be a positive integer, not {value!r}", field="max_batches"
+        )
     return value
 
 
@@ -68,26 +77,41 @@ def _write_db() -> str:
     return router.db_for_write(Session)
 
 
-def _delete_in_batches(doomed: QuerySet, batch_size: int, max_batches: int | None) -> dict[str, int]:
+def _delete_in_batches(
+    doomed: QuerySet, batch_size: int, max_batches: int | None
+) -> dict[str, int]:
     """Delete the sessions of ``doomed`` (and everything under them), a locked batch per
     transaction, until none is left that no one else holds."""
     totals: Counter = Counter()
     batches = 0
     while max_batches is None or batches < max_batches:
         with transaction.atomic(using=_write_db()):
-            locked = list(doomed.order_by("pk").select_for_update(skip_locked=True)
-                          .values_list("pk", flat=True)[:batch_size])
+            locked = list(
+                doomed.order_by("pk")
+                .select_for_update(skip_locked=True)
+                .values_list("pk", flat=True)[:batch_size]
+            )
             if not locked:
                 break
             erased = sessions.delete_rows(Session.objects.filter(pk__in=locked))
         totals.update(erased.as_dict())
         batches += 1
-    return {"sessions": totals["sessions"], "messages": totals["messages"],
-            "snapshots": totals["snapshots"], "embeddings": totals["embeddings"], "batches": batches}
+    return {
+        "sessions": totals["sessions"],
+        "messages": totals["messages"],
+        "snapshots": totals["snapshots"],
+        "embeddings": totals["embeddings"],
+        "batches": batches,
+    }
 
 
-def prune_expired(batch_size: int | None = None, now: dt.datetime | None = None, *,
-                  namespace: str | None = None, max_batches: int | None = None) -> dict[str, int]:
+def prune_expired(
+    batch_size: int | None = None,
+    now: dt.datetime | None = None,
+    *,
+    namespace: str | None = None,
+    max_batches: int | None = None,
+) -> dict[str, int]:
     """Delete sessions whose ``expires_at`` has passed (at ``now``), with everything under them.
 
     Returns ``{"sessions", "messages", "snapshots", "embeddings", "batches"}`` deleted."""
@@ -104,9 +128,15 @@ def _duration(value: Any, field: str) -> dt.timedelta:
         raise InvalidSession(field, str(err).partition(": ")[2]) from None
 
 
-def prune_idle(older_than: dt.timedelta | str | int, batch_size: int | None = None,
-               namespace: str | None = None, *, now: dt.datetime | None = None,
-               exclude_namespaces: Iterable[str] = (), max_batches: int | None = None) -> dict[str, int]:
+def prune_idle(
+    older_than: dt.timedelta | str | int,
+    batch_size: int | None = None,
+    namespace: str | None = None,
+    *,
+    now: dt.datetime | None = None,
+    exclude_namespaces: Iterable[str] = (),
+    max_batches: int | None = None,
+) -> dict[str, int]:
     """Delete sessions not updated for ``older_than`` (a ``timedelta``, ``"90d"`` or seconds),
     only in ``namespace`` when given, never in ``exclude_namespaces``. Counts as
     ``prune_expired``."""
@@ -120,8 +150,9 @@ def prune_idle(older_than: dt.timedelta | str | int, batch_size: int | None = No
     return _delete_in_batches(doomed, _batch_size(batch_size), _max_batches(max_batches))
 
 
-def trim_to_policy(batch_size: int | None = None, *, namespace: str | None = None,
-                   max_batches: int | None = None) -> dict[str, int]:
+def trim_to_policy(
+    batch_size: int | None = None, *, namespace: str | None = None, max_batches: int | None = None
+) -> dict[str, int]:
     """Bound the working log of sessions in namespaces whose policy sets ``max_messages``:
     delete their oldest messages beyond it that a snapshot already covers (never system or
     remembered messages, never unsummarized ones). Each session is visited once per run.
@@ -139,8 +170,11 @@ def trim_to_policy(batch_size: int | None = None, *, namespace: str | None = Non
             with transaction.atomic(using=_write_db()):
                 # Keyset order: a session with nothing prunable is not picked again this run.
                 page = over if after is None else over.filter(pk__gt=after)
-                locked = list(page.order_by("pk").select_for_update(skip_locked=True)
-                              .values_list("pk", flat=True)[:batch_size])
+                locked = list(
+                    page.order_by("pk")
+                    .select_for_update(skip_locked=True)
+                    .values_list("pk", flat=True)[:batch_size]
+                )
                 if not locked:
                     break
                 for session_id in locked:
@@ -152,7 +186,9 @@ def trim_to_policy(batch_size: int | None = None, *, namespace: str | None = Non
     return {"sessions": trimmed, "messages": deleted, "batches": batches}
 
 
-def apply_retention(batch_size: int | None = None, now: dt.datetime | None = None) -> dict[str, dict]:
+def apply_retention(
+    batch_size: int | None = None, now: dt.datetime | None = None
+) -> dict[str, dict]:
     """Everything the ``RETENTION`` policies ask for, in one run: expired sessions go, sessions
     idle longer than their namespace's ``idle`` go, logs are trimmed to ``max_messages``."""
     now = now or timezone.now()
@@ -167,12 +203,15 @@ def apply_retention(batch_size: int | None = None, now: dt.datetime | None = Non
             idle.update(prune_idle(policy.idle, batch_size, namespace, now=now))
     return {
         "expired": prune_expired(batch_size, now),
-        "idle": {key: idle[key] for key in ("sessions", "messages", "snapshots", "embeddings", "batches")},
+        "idle": {
+            key: idle[key] for key in ("sessions", "messages", "snapshots", "embeddings", "batches")
+        },
         "trimmed": trim_to_policy(batch_size),
     }
 
 
 # ---- catch-up sweeps: work the after-append triggers could not schedule ----------------------------
+
 
 def _pages(candidates: QuerySet, batch_size: int, max_batches: int | None):
     """Primary keys of ``candidates``, ``batch_size`` per query (keyset, no OFFSET)."""
@@ -192,8 +231,9 @@ def _tally(results: Counter, scheduled) -> None:
     results[scheduled.state] += 1
 
 
-def sweep_summaries(batch_size: int | None = None, *, threshold: int | None = None,
-                    max_batches: int | None = None) -> dict[str, int]:
+def sweep_summaries(
+    batch_size: int | None = None, *, threshold: int | None = None, max_batches: int | None = None
+) -> dict[str, int]:
     """Schedule summarization of sessions whose tokens after their latest snapshot exceed
     ``threshold`` (``SUMMARIZE_THRESHOLD_TOKENS`` by default) with messages to cover.
 
@@ -218,11 +258,15 @@ def sweep_summaries(batch_size: int | None = None, *, threshold: int | None = No
 
 
 def _summary_counts(results: Counter) -> dict[str, int]:
-    return {key: results[key] for key in
-            ("checked", "queued", "ran", "pending", "failed", "skipped", "batches")}
+    return {
+        key: results[key]
+        for key in ("checked", "queued", "ran", "pending", "failed", "skipped", "batches")
+    }
 
 
-def sweep_embeddings(batch_size: int | None = None, *, max_batches: int | None = None) -> dict[str, int]:
+def sweep_embeddings(
+    batch_size: int | None = None, *, max_batches: int | None = None
+) -> dict[str, int]:
     """Schedule embedding of sessions with messages that have no vector from the configured
     embedder (only remembered ones when ``EMBED_ON_APPEND`` is off, as the append trigger does).
 
@@ -231,7 +275,8 @@ def sweep_embeddings(batch_size: int | None = None, *, max_batches: int | None =
     "failed", "batches"}``."""
     model = get_embedder().name
     missing = Message.objects.exclude(content="").exclude(
-        Exists(Embedding.objects.filter(message=OuterRef("pk"), model=model)))
+        Exists(Embedding.objects.filter(message=OuterRef("pk"), model=model))
+    )
     if not memory_settings.EMBED_ON_APPEND:
         missing = missing.filter(remember=True)
     candidates = Session.objects.filter(Exists(missing.filter(session=OuterRef("pk"))))
@@ -244,8 +289,11 @@ def sweep_embeddings(batch_size: int | None = None, *, max_batches: int | None =
             if memory_settings.EMBED_ON_APPEND:
                 scheduled = background.schedule_embedding(session_id)
             else:
-                cursors = list(missing.filter(session_id=session_id).order_by("seq")
-                               .values_list("seq", flat=True)[:memory_settings.EMBED_BATCH_SIZE])
+                cursors = list(
+                    missing.filter(session_id=session_id)
+                    .order_by("seq")
+                    .values_list("seq", flat=True)[: memory_settings.EMBED_BATCH_SIZE]
+                )
                 scheduled = background.schedule_embedding(session_id, cursors=cursors)
             _tally(results, scheduled)
     return {key: results[key] for key in ("sessions", "queued", "ran", "failed", "batches")}

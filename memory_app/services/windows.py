@@ -12,8 +12,13 @@ from ..validation import check_count
 from .context import assemble_window, page_sizer
 
 
-def window(session_id, max_messages: int | None = None, max_tokens: int | None = None, *,
-           model: str | None = None) -> Window:
+def window(
+    session_id,
+    max_messages: int | None = None,
+    max_tokens: int | None = None,
+    *,
+    model: str | None = None,
+) -> Window:
     """What to send the model next: snapshot summary and pinned messages, system messages,
     then the newest whole tool groups that fit ``max_messages`` / ``max_tokens``.
 
@@ -30,7 +35,8 @@ def window(session_id, max_messages: int | None = None, max_tokens: int | None =
     # always kept) and the first page of the tail: fixed SQL where possible, with a first page
     # sized from the session's counters when the stored counts are the cost.
     source = log.window_source(
-        session_id, page_size=sizer,
+        session_id,
+        page_size=sizer,
         max_tokens=max_tokens if max_messages is None and stored_counts else None,
     )
     if source is not None:
@@ -38,14 +44,22 @@ def window(session_id, max_messages: int | None = None, max_tokens: int | None =
     else:
         snapshot = snapshots.latest(session_id)
         system = log.system_messages(session_id)
-        newest = log.newest_first(session_id, after=snapshot.upto if snapshot else 0, page_size=sizer)
+        newest = log.newest_first(
+            session_id, after=snapshot.upto if snapshot else 0, page_size=sizer
+        )
     if stored_counts:
         cost = attrgetter("tokens")  # the count cached at append
     else:
+
         def cost(m: StoredMessage) -> int:
             return count_message(m.as_openai(), encoding)
+
     return assemble_window(
-        snapshot=snapshot, system_messages=system, newest_first=newest,
-        max_messages=max_messages, max_tokens=max_tokens, cost=cost,
+        snapshot=snapshot,
+        system_messages=system,
+        newest_first=newest,
+        max_messages=max_messages,
+        max_tokens=max_tokens,
+        cost=cost,
         cost_of_dict=lambda d: count_message(d, encoding),
     )

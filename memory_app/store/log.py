@@ -38,18 +38,43 @@ from ..validation import check_count, check_cursor, check_message, check_message
 from . import policies, sessions, snapshots
 
 ROW_FIELDS = (
-    "seq", "role", "content", "content_parts", "name", "tool_calls", "tool_call_id", "extra",
-    "metadata", "token_count", "remember", "idempotency_key", "created_at", "id",
+    "seq",
+    "role",
+    "content",
+    "content_parts",
+    "name",
+    "tool_calls",
+    "tool_call_id",
+    "extra",
+    "metadata",
+    "token_count",
+    "remember",
+    "idempotency_key",
+    "created_at",
+    "id",
 )
 
 
 def from_row(row: Sequence) -> StoredMessage:
     # Every read of a stored row ends here: decrypted here (a no-op without encryption).
-    return decrypt_row(StoredMessage(
-        cursor=row[0], role=row[1], content=row[2], content_parts=row[3], name=row[4],
-        tool_calls=row[5], tool_call_id=row[6], extra=row[7], metadata=row[8] or {},
-        tokens=row[9], remember=row[10], idempotency_key=row[11], created_at=row[12], id=row[13],
-    ))
+    return decrypt_row(
+        StoredMessage(
+            cursor=row[0],
+            role=row[1],
+            content=row[2],
+            content_parts=row[3],
+            name=row[4],
+            tool_calls=row[5],
+            tool_call_id=row[6],
+            extra=row[7],
+            metadata=row[8] or {},
+            tokens=row[9],
+            remember=row[10],
+            idempotency_key=row[11],
+            created_at=row[12],
+            id=row[13],
+        )
+    )
 
 
 def rows(queryset) -> list[StoredMessage]:
@@ -97,15 +122,33 @@ def _append_idempotent(session_id, messages, tokens) -> list[StoredMessage]:
         stored = existing.get(m.idempotency_key)
         if stored is not None and not _same(m, stored):
             raise IdempotencyConflict(
-                "idempotency_key", f"{m.idempotency_key!r} is already stored with a different message "
+                "idempotency_key",
+                f"{m.idempotency_key!r} is already stored with a different message "
                 f"(cursor {stored.cursor}); a retry must send the same message",
-                index=index if len(messages) > 1 else None)
-    fresh = [(m, t) for m, t in zip(messages, tokens, strict=True) if m.idempotency_key not in existing]
-    stored = iter(_insert(session_id, [m for m, _ in fresh], [t for _, t in fresh]) if fresh else [])
-    return [existing[m.idempotency_key] if m.idempotency_key in existing else next(stored) for m in messages]
+                index=index if len(messages) > 1 else None,
+            )
+    fresh = [
+        (m, t) for m, t in zip(messages, tokens, strict=True) if m.idempotency_key not in existing
+    ]
+    stored = iter(
+        _insert(session_id, [m for m, _ in fresh], [t for _, t in fresh]) if fresh else []
+    )
+    return [
+        existing[m.idempotency_key] if m.idempotency_key in existing else next(stored)
+        for m in messages
+    ]
 
 
-_COMPARED = ("role", "content", "content_parts", "name", "tool_calls", "tool_call_id", "extra", "metadata")
+_COMPARED = (
+    "role",
+    "content",
+    "content_parts",
+    "name",
+    "tool_calls",
+    "tool_call_id",
+    "extra",
+    "metadata",
+)
 
 
 def _same(new: NewMessage, stored: StoredMessage) -> bool:
@@ -125,8 +168,9 @@ def _insert(session_id, messages: list[NewMessage], tokens: list[int]) -> list[S
         tokens_since, stored = _insert_generic(session_id, messages, tokens)
     # Callers get plaintext back, however the rows above were built (a no-op when they are).
     stored = [decrypt_row(m) for m in stored]
-    messages_appended.send(sender=Session, session_id=session_id, messages=stored,
-                           tokens_since_snapshot=tokens_since)
+    messages_appended.send(
+        sender=Session, session_id=session_id, messages=stored, tokens_since_snapshot=tokens_since
+    )
     return stored
 
 
@@ -161,7 +205,9 @@ class _Statements:
                                    idempotency_key)
         """
         # A single message travels as plain parameters (the cheapest plan for one row) ...
-        self.append_one = bump + """
+        self.append_one = (
+            bump
+            + """
             SELECT %(session)s, bumped.first_seq, %(role)s, %(content)s, %(content_parts)s::jsonb,
                    %(name)s, %(tool_calls)s::jsonb, %(tool_call_id)s, %(extra)s::jsonb,
                    %(metadata)s::jsonb, %(tokens)s::integer, %(remember)s::boolean,
@@ -169,10 +215,13 @@ class _Statements:
               FROM bumped
             RETURNING seq, created_at, id, (SELECT tokens_since_snapshot FROM bumped)
         """
+        )
         # ... a batch as one JSON array of rows: one parameter, encoded by the json module's C
         # encoder and decoded by the server, whatever the batch size (so the statement text,
         # and a prepared plan, never depend on it).
-        self.append_many = bump + """
+        self.append_many = (
+            bump
+            + """
             SELECT %(session)s, bumped.first_seq + v.i, v.role, v.content, v.content_parts,
                    COALESCE(v.name, ''), v.tool_calls, COALESCE(v.tool_call_id, ''), v.extra,
                    COALESCE(v.metadata, '{}'::jsonb), v.token_count, COALESCE(v.remember, false),
@@ -184,6 +233,7 @@ class _Statements:
                        token_count integer, remember boolean, idempotency_key text)
             RETURNING seq, created_at, id, (SELECT tokens_since_snapshot FROM bumped)
         """
+        )
         self.newest = f"""
             SELECT {_COLUMNS} FROM {message}
              WHERE session_id = %s AND seq > %s AND seq < %s
@@ -232,7 +282,11 @@ def _cursor(connection):
     from psycopg import Cursor
     from psycopg.pq import Format
 
-    if connection.errors_occurred and connection.connection is not None and not connection.in_atomic_block:
+    if (
+        connection.errors_occurred
+        and connection.connection is not None
+        and not connection.in_atomic_block
+    ):
         # An earlier statement failed (the server may have ended the connection): check the
         # connection as Django does between requests, so that a retry reconnects instead of
         # failing again on a dead socket.
@@ -292,19 +346,32 @@ def _json(value) -> str | None:
     return None if value is None else json.dumps(value)
 
 
-def _insert_postgresql(connection, session_id, messages: list[NewMessage], tokens) -> list[StoredMessage]:
+def _insert_postgresql(
+    connection, session_id, messages: list[NewMessage], tokens
+) -> list[StoredMessage]:
     n = len(messages)
     total = sum(tokens)
     # The namespaces' sliding TTLs travel as one parameter: the statement text stays fixed.
-    params = {"n": n, "tokens": total, "now": timezone.now(), "session": session_id,
-              "ttls": policies.sliding_ttls()}
+    params = {
+        "n": n,
+        "tokens": total,
+        "now": timezone.now(),
+        "session": session_id,
+        "ttls": policies.sliding_ttls(),
+    }
     if n == 1:
         m = messages[0]
         sql = _sql().append_one
         params.update(
-            role=m.role, content=m.content, content_parts=_json(m.content_parts), name=m.name,
-            tool_calls=_json(m.tool_calls), tool_call_id=m.tool_call_id, extra=_json(m.extra),
-            metadata=json.dumps(m.metadata) if m.metadata else "{}", remember=m.remember,
+            role=m.role,
+            content=m.content,
+            content_parts=_json(m.content_parts),
+            name=m.name,
+            tool_calls=_json(m.tool_calls),
+            tool_call_id=m.tool_call_id,
+            extra=_json(m.extra),
+            metadata=json.dumps(m.metadata) if m.metadata else "{}",
+            remember=m.remember,
             idempotency_key=m.idempotency_key,
         )
     else:
@@ -321,14 +388,38 @@ def _insert_postgresql(connection, session_id, messages: list[NewMessage], token
     for seq, created, pk, _since in result:
         placed[seq - first] = (seq, created, pk)
     return result[0][3], [
-        _stored((seq, m.role, m.content, m.content_parts, m.name, m.tool_calls, m.tool_call_id,
-                 m.extra, m.metadata, t, m.remember, m.idempotency_key, created, pk))
+        _stored(
+            (
+                seq,
+                m.role,
+                m.content,
+                m.content_parts,
+                m.name,
+                m.tool_calls,
+                m.tool_call_id,
+                m.extra,
+                m.metadata,
+                t,
+                m.remember,
+                m.idempotency_key,
+                created,
+                pk,
+            )
+        )
         for m, t, (seq, created, pk) in zip(messages, tokens, placed, strict=True)
     ]
 
 
-_OPTIONAL = ("content_parts", "name", "tool_calls", "tool_call_id", "extra", "metadata",
-             "remember", "idempotency_key")
+_OPTIONAL = (
+    "content_parts",
+    "name",
+    "tool_calls",
+    "tool_call_id",
+    "extra",
+    "metadata",
+    "remember",
+    "idempotency_key",
+)
 
 
 def _batch_rows(messages: list[NewMessage], tokens: list[int]) -> str:
@@ -364,19 +455,32 @@ def _insert_generic(session_id, messages, tokens) -> list[StoredMessage]:
         if not updated:
             raise SessionNotFound(f"session {session_id} does not exist")
         next_seq, tokens_since = (
-            Session.objects.filter(pk=session_id).values_list("next_seq", "tokens_since_snapshot").get()
+            Session.objects.filter(pk=session_id)
+            .values_list("next_seq", "tokens_since_snapshot")
+            .get()
         )
         first = next_seq - n
         Message.objects.bulk_create(
             Message(
-                session_id=session_id, seq=first + i, role=m.role, content=m.content,
-                content_parts=m.content_parts, name=m.name, tool_calls=m.tool_calls,
-                tool_call_id=m.tool_call_id, extra=m.extra, metadata=m.metadata,
-                token_count=t, remember=m.remember, idempotency_key=m.idempotency_key,
+                session_id=session_id,
+                seq=first + i,
+                role=m.role,
+                content=m.content,
+                content_parts=m.content_parts,
+                name=m.name,
+                tool_calls=m.tool_calls,
+                tool_call_id=m.tool_call_id,
+                extra=m.extra,
+                metadata=m.metadata,
+                token_count=t,
+                remember=m.remember,
+                idempotency_key=m.idempotency_key,
             )
             for i, (m, t) in enumerate(zip(messages, tokens, strict=True))
         )
-        return tokens_since, rows(Message.objects.filter(session_id=session_id, seq__gte=first).order_by("seq"))
+        return tokens_since, rows(
+            Message.objects.filter(session_id=session_id, seq__gte=first).order_by("seq")
+        )
 
 
 # -- reads ----------------------------------------------------------------------------------
@@ -401,8 +505,13 @@ def system_messages(session_id) -> list[StoredMessage]:
 
 
 def newest_first(
-    session_id, *, after: int, page_size: Callable[[int, int], int], before: int | None = None,
-    fetched: int = 0, tokens: int = 0,
+    session_id,
+    *,
+    after: int,
+    page_size: Callable[[int, int], int],
+    before: int | None = None,
+    fetched: int = 0,
+    tokens: int = 0,
 ) -> Iterator[StoredMessage]:
     """Messages with cursor > ``after`` (and < ``before``), newest first, fetched a page at a
     time (index scans).
@@ -415,8 +524,11 @@ def newest_first(
     while True:
         size = max(1, page_size(fetched, tokens))
         if connection.vendor == "postgresql":
-            chunk = _fetch(connection, _sql().newest,
-                           [session_id, after, _NO_END if before is None else before, size])
+            chunk = _fetch(
+                connection,
+                _sql().newest,
+                [session_id, after, _NO_END if before is None else before, size],
+            )
         else:
             qs = Message.objects.filter(session_id=session_id, seq__gt=after)
             if before is not None:
@@ -431,7 +543,10 @@ def newest_first(
 
 
 def window_source(
-    session_id, *, page_size: Callable[[int, int], int], max_tokens: int | None,
+    session_id,
+    *,
+    page_size: Callable[[int, int], int],
+    max_tokens: int | None,
 ) -> tuple[SnapshotView | None, list[StoredMessage], Iterator[StoredMessage]] | None:
     """What a window is built from: ``(latest snapshot, system messages, newest messages after
     the snapshot)``, the last lazy (pages after the first are read only if the window asks).
@@ -450,17 +565,27 @@ def window_source(
         head = cursor.fetchall()
     if not head:  # the session is gone: nothing to send
         return None, [], iter(())
-    message_count, token_count, version, upto, summary, pinned, model, metadata, created = head[0][:9]
+    message_count, token_count, version, upto, summary, pinned, model, metadata, created = head[0][
+        :9
+    ]
     system = [_message(row[9:]) for row in head if row[9] is not None]
     snapshot = None
     if version is not None:
-        snapshot = SnapshotView(version=version, upto=upto, summary=summary,
-                                pinned=list(pinned or []), model=model,
-                                metadata=dict(metadata or {}), created_at=created)
+        snapshot = SnapshotView(
+            version=version,
+            upto=upto,
+            summary=summary,
+            pinned=list(pinned or []),
+            model=model,
+            metadata=dict(metadata or {}),
+            created_at=created,
+        )
     first = max(1, page_size(0, 0))
     if max_tokens is not None and message_count and token_count:
-        first = min(memory_settings.WINDOW_PAGE_SIZE * 10,
-                    16 + math.ceil(1.1 * max_tokens * message_count / token_count))
+        first = min(
+            memory_settings.WINDOW_PAGE_SIZE * 10,
+            16 + math.ceil(1.1 * max_tokens * message_count / token_count),
+        )
     after = snapshot.upto if snapshot else 0
     with _cursor(connection) as cursor:
         cursor.execute(statements.newest, [session_id, after, _NO_END, first])
@@ -471,15 +596,21 @@ def window_source(
         for row in first_page:
             yield _message(row)
         if len(first_page) == first:
-            yield from newest_first(session_id, after=after, page_size=page_size,
-                                    before=first_page[-1][0], fetched=first,
-                                    tokens=sum(row[9] for row in first_page))
+            yield from newest_first(
+                session_id,
+                after=after,
+                page_size=page_size,
+                before=first_page[-1][0],
+                fetched=first,
+                tokens=sum(row[9] for row in first_page),
+            )
 
     return snapshot, system, newest()
 
 
-def messages(session_id, after: int | None = None, limit: int | None = None, *,
-             before: int | None = None) -> list[StoredMessage]:
+def messages(
+    session_id, after: int | None = None, limit: int | None = None, *, before: int | None = None
+) -> list[StoredMessage]:
     """Messages with cursor greater than ``after`` (and less than ``before``), oldest first.
 
     ``limit`` keeps the first ones after ``after``; when only ``before`` is given it keeps the
@@ -493,7 +624,7 @@ def messages(session_id, after: int | None = None, limit: int | None = None, *,
     backwards = before is not None and after is None and limit is not None
     qs = qs.order_by("-seq" if backwards else "seq")
     if limit is not None:
-        qs = qs[:check_count(limit, "limit")]
+        qs = qs[: check_count(limit, "limit")]
     found = rows(qs)
     if backwards:
         found.reverse()
@@ -517,7 +648,9 @@ def get(session_id, cursor: int) -> StoredMessage:
 
 def cursor_range(session_id) -> tuple[int, int] | None:
     """``(first, last)`` cursor of the messages stored now, or ``None`` when there are none."""
-    bounds = Message.objects.filter(session_id=session_id).aggregate(first=Min("seq"), last=Max("seq"))
+    bounds = Message.objects.filter(session_id=session_id).aggregate(
+        first=Min("seq"), last=Max("seq")
+    )
     if bounds["first"] is None:
         return None
     return bounds["first"], bounds["last"]

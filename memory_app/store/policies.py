@@ -67,8 +67,13 @@ class Policy:
     idle: dt.timedelta | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"entry": self.entry, "ttl": self.ttl, "sliding": self.sliding,
-                "max_messages": self.max_messages, "idle": self.idle}
+        return {
+            "entry": self.entry,
+            "ttl": self.ttl,
+            "sliding": self.sliding,
+            "max_messages": self.max_messages,
+            "idle": self.idle,
+        }
 
 
 def parse(setting: Any) -> dict[str, Policy]:
@@ -84,11 +89,14 @@ def parse(setting: Any) -> dict[str, Policy]:
         if not isinstance(namespace, str) or not namespace:
             raise ValueError(f"{where}: the namespace must be a non-empty string")
         if not isinstance(entry, dict):
-            raise ValueError(f"{where}: a dict with keys {', '.join(KEYS)}, not {type(entry).__name__}")
+            raise ValueError(
+                f"{where}: a dict with keys {', '.join(KEYS)}, not {type(entry).__name__}"
+            )
         unknown = sorted(set(entry) - set(KEYS))
         if unknown:
-            raise ValueError(f"{where}: unknown key(s) {', '.join(map(repr, unknown))}; "
-                             f"known: {', '.join(KEYS)}")
+            raise ValueError(
+                f"{where}: unknown key(s) {', '.join(map(repr, unknown))}; known: {', '.join(KEYS)}"
+            )
         ttl = entry.get("ttl")
         ttl = None if ttl is None else parse_duration(ttl, f"{where}['ttl']")
         idle = entry.get("idle")
@@ -99,11 +107,13 @@ def parse(setting: Any) -> dict[str, Policy]:
         if sliding and ttl is None:
             raise ValueError(f"{where}['sliding']: a sliding expiry needs a 'ttl'")
         max_messages = entry.get("max_messages")
-        if max_messages is not None and (not isinstance(max_messages, int) or isinstance(max_messages, bool)
-                                         or max_messages < 1):
+        if max_messages is not None and (
+            not isinstance(max_messages, int) or isinstance(max_messages, bool) or max_messages < 1
+        ):
             raise ValueError(f"{where}['max_messages']: a positive integer, not {max_messages!r}")
-        policies[namespace] = Policy(namespace, ttl=ttl, sliding=sliding,
-                                     max_messages=max_messages, idle=idle)
+        policies[namespace] = Policy(
+            namespace, ttl=ttl, sliding=sliding, max_messages=max_messages, idle=idle
+        )
     return policies
 
 
@@ -146,6 +156,7 @@ def namespaces_where(attribute: str) -> list[tuple[Q, Policy]]:
 
 # ---- the sliding expiry, as the append statement applies it -------------------------------------
 
+
 @memory_settings.derived
 def sliding_ttls() -> str | None:
     """The append statement's ``%(ttls)s`` parameter: a JSON object of namespace -> sliding TTL
@@ -173,8 +184,13 @@ def sliding_expiry(now: dt.datetime):
     found = policies()
     if not any(p.sliding for p in found.values()):
         return None
-    named = [When(namespace=ns, then=Value(now + p.ttl) if p.sliding else F("expires_at"))
-             for ns, p in found.items() if ns != DEFAULT_ENTRY]
+    named = [
+        When(namespace=ns, then=Value(now + p.ttl) if p.sliding else F("expires_at"))
+        for ns, p in found.items()
+        if ns != DEFAULT_ENTRY
+    ]
     default = found.get(DEFAULT_ENTRY)
-    otherwise = Value(now + default.ttl) if default is not None and default.sliding else F("expires_at")
+    otherwise = (
+        Value(now + default.ttl) if default is not None and default.sliding else F("expires_at")
+    )
     return Case(*named, default=otherwise) if named else otherwise

@@ -62,33 +62,53 @@ def lock(session_id) -> Session:
         raise SessionNotFound(f"session {session_id} was deleted") from None
 
 
-def create(*, owner: Any, namespace: str | None, key: str, title: str | None = "",
-           metadata: dict | None = None, expires_at: dt.datetime | None = None) -> Session:
+def create(
+    *,
+    owner: Any,
+    namespace: str | None,
+    key: str,
+    title: str | None = "",
+    metadata: dict | None = None,
+    expires_at: dt.datetime | None = None,
+) -> Session:
     """A new session; ``SessionExists`` if the key is taken for that owner and namespace."""
     namespace = memory_settings.DEFAULT_NAMESPACE if namespace is None else namespace
-    check_session_fields(key=key, namespace=namespace, title=title, metadata=metadata,
-                         expires_at=expires_at)
+    check_session_fields(
+        key=key, namespace=namespace, title=title, metadata=metadata, expires_at=expires_at
+    )
     if expires_at is None:
         # The namespace's retention policy (a ttl) decides when a session given no expiry ends.
         expires_at = policies.initial_expiry(namespace, timezone.now())
     try:
         with transaction.atomic(using=_write_db()):
             return Session.objects.create(
-                owner_id=owner_id(owner), namespace=namespace, key=key, title=title or "",
-                metadata=metadata or {}, expires_at=expires_at,
+                owner_id=owner_id(owner),
+                namespace=namespace,
+                key=key,
+                title=title or "",
+                metadata=metadata or {},
+                expires_at=expires_at,
             )
     except IntegrityError:
         raise SessionExists(f"session {key!r} already exists in namespace {namespace!r}") from None
 
 
-def get_or_create(key: str, *, owner: Any, namespace: str | None, create_missing: bool = True,
-         title: str | None = None, metadata: dict | None = None,
-         expires_at: dt.datetime | None = None) -> Session:
+def get_or_create(
+    key: str,
+    *,
+    owner: Any,
+    namespace: str | None,
+    create_missing: bool = True,
+    title: str | None = None,
+    metadata: dict | None = None,
+    expires_at: dt.datetime | None = None,
+) -> Session:
     """The session ``key`` of ``owner`` in ``namespace``, created when missing (unless
     ``create_missing`` is false: then ``SessionNotFound``)."""
     namespace = memory_settings.DEFAULT_NAMESPACE if namespace is None else namespace
-    check_session_fields(key=key, namespace=namespace, title=title, metadata=metadata,
-                         expires_at=expires_at)
+    check_session_fields(
+        key=key, namespace=namespace, title=title, metadata=metadata, expires_at=expires_at
+    )
     lookup = Session.objects.for_owner(owner_id(owner)).filter(namespace=namespace, key=key)
     session = lookup.first()
     if session is not None:
@@ -96,8 +116,14 @@ def get_or_create(key: str, *, owner: Any, namespace: str | None, create_missing
     if not create_missing:
         raise SessionNotFound(f"no session {key!r} in namespace {namespace!r} for this owner")
     try:
-        return create(owner=owner, namespace=namespace, key=key, title=title, metadata=metadata,
-                      expires_at=expires_at)
+        return create(
+            owner=owner,
+            namespace=namespace,
+            key=key,
+            title=title,
+            metadata=metadata,
+            expires_at=expires_at,
+        )
     except SessionExists:
         return lookup.get()  # created concurrently: use that one
 
@@ -112,10 +138,18 @@ def list_queryset(owner: Any, namespace: str | None = None) -> QuerySet:
 
 def session_info(s: Session) -> SessionInfo:
     return SessionInfo(
-        id=s.id, key=s.key, namespace=s.namespace, title=s.title, owner_id=s.owner_id,
-        message_count=s.message_count, token_count=s.token_count,
-        has_snapshot=s.has_snapshot, created_at=s.created_at, updated_at=s.updated_at,
-        expires_at=s.expires_at, metadata=s.metadata,
+        id=s.id,
+        key=s.key,
+        namespace=s.namespace,
+        title=s.title,
+        owner_id=s.owner_id,
+        message_count=s.message_count,
+        token_count=s.token_count,
+        has_snapshot=s.has_snapshot,
+        created_at=s.created_at,
+        updated_at=s.updated_at,
+        expires_at=s.expires_at,
+        metadata=s.metadata,
     )
 
 
@@ -137,11 +171,19 @@ def field(session_id, name: str) -> Any:
 _UNSET: Any = ...
 
 
-def update(session_id, *, title: str | None = None, metadata: dict | None = None,
-           expires_at: dt.datetime | None | Any = _UNSET) -> None:
+def update(
+    session_id,
+    *,
+    title: str | None = None,
+    metadata: dict | None = None,
+    expires_at: dt.datetime | None | Any = _UNSET,
+) -> None:
     """Replace title, metadata and/or expiry: the fields a client may edit."""
-    check_session_fields(title=title, metadata=metadata,
-                         **({} if expires_at is _UNSET else {"expires_at": expires_at}))
+    check_session_fields(
+        title=title,
+        metadata=metadata,
+        **({} if expires_at is _UNSET else {"expires_at": expires_at}),
+    )
     changes: dict[str, Any] = {"updated_at": timezone.now()}
     if title is not None:
         changes["title"] = title
@@ -169,8 +211,13 @@ def set_meta(session_id, key: str, value: Any) -> dict:
 
 
 # -- deleting ------------------------------------------------------------------------------------
-def delete_rows(sessions: QuerySet, *, keep_sessions: bool = False, owner_id: Any = None,
-                progress: Callable[[str, int], None] | None = None) -> ErasedRows:
+def delete_rows(
+    sessions: QuerySet,
+    *,
+    keep_sessions: bool = False,
+    owner_id: Any = None,
+    progress: Callable[[str, int], None] | None = None,
+) -> ErasedRows:
     """Delete everything under ``sessions`` (a Session queryset), and the sessions themselves
     unless ``keep_sessions``: one DELETE per table, children first, nothing loaded into memory.
 
@@ -205,7 +252,10 @@ def clear(session_id) -> None:
         session = lock(session_id)
         delete_rows(Session.objects.filter(pk=session.pk), keep_sessions=True)
         Session.objects.filter(pk=session.pk).update(
-            metadata={}, message_count=0, token_count=0, tokens_since_snapshot=0,
+            metadata={},
+            message_count=0,
+            token_count=0,
+            tokens_since_snapshot=0,
             updated_at=timezone.now(),
         )
 

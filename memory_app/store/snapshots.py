@@ -26,9 +26,13 @@ def view(snapshot: Snapshot | None) -> SnapshotView | None:
     if snapshot is None:
         return None
     return SnapshotView(
-        version=snapshot.version, upto=snapshot.upto, summary=snapshot.summary,
-        pinned=list(snapshot.pinned or []), model=snapshot.model,
-        metadata=dict(snapshot.metadata or {}), created_at=snapshot.created_at,
+        version=snapshot.version,
+        upto=snapshot.upto,
+        summary=snapshot.summary,
+        pinned=list(snapshot.pinned or []),
+        model=snapshot.model,
+        metadata=dict(snapshot.metadata or {}),
+        created_at=snapshot.created_at,
     )
 
 
@@ -43,8 +47,12 @@ def latest(session_id) -> SnapshotView | None:
 
 def latest_upto(session_id) -> int:
     """The cursor the latest snapshot covers up to (0 without one)."""
-    return (Snapshot.objects.filter(session_id=session_id).order_by("-version")
-            .values_list("upto", flat=True).first()) or 0
+    return (
+        Snapshot.objects.filter(session_id=session_id)
+        .order_by("-version")
+        .values_list("upto", flat=True)
+        .first()
+    ) or 0
 
 
 def lineage(session_id, newest: int | None = None) -> list[SnapshotView]:
@@ -52,26 +60,34 @@ def lineage(session_id, newest: int | None = None) -> list[SnapshotView]:
     qs = Snapshot.objects.filter(session_id=session_id)
     if newest is None:
         return [view(s) for s in qs.order_by("version")]
-    found = [view(s) for s in qs.order_by("-version")[:check_cursor(newest, "newest")]]
+    found = [view(s) for s in qs.order_by("-version")[: check_cursor(newest, "newest")]]
     found.reverse()
     return found
 
 
 def ranges(session_id) -> list[tuple[int, int]]:
     """``(version, upto)`` of every snapshot, oldest first: the lineage without the summaries."""
-    return list(Snapshot.objects.filter(session_id=session_id).order_by("version")
-                .values_list("version", "upto"))
+    return list(
+        Snapshot.objects.filter(session_id=session_id)
+        .order_by("version")
+        .values_list("version", "upto")
+    )
 
 
 def saved_under(session_id, key: str) -> SnapshotView | None:
     """The snapshot a compaction run with this idempotency key saved, if any."""
-    return view(Snapshot.objects.filter(session_id=session_id, **{f"metadata__{IDEMPOTENCY_KEY}": key})
-                .order_by("-version").first())
+    return view(
+        Snapshot.objects.filter(session_id=session_id, **{f"metadata__{IDEMPOTENCY_KEY}": key})
+        .order_by("-version")
+        .first()
+    )
 
 
 def _prunable(session_id, upto: int):
     """Messages a snapshot covers that pruning may delete: not remembered, not system prompts."""
-    return Message.objects.filter(session_id=session_id, seq__lte=upto, remember=False).exclude(role="system")
+    return Message.objects.filter(session_id=session_id, seq__lte=upto, remember=False).exclude(
+        role="system"
+    )
 
 
 def _detach_embeddings(covered) -> int:
@@ -80,7 +96,8 @@ def _detach_embeddings(covered) -> int:
     right-hand side reads the row as it was, so the copy is made before ``message_id`` is NULL."""
     text = Message.objects.filter(pk=OuterRef("message_id")).values("content")[:1]
     return Embedding.objects.filter(message__in=covered.values("pk")).update(
-        content=Subquery(text), message=None)
+        content=Subquery(text), message=None
+    )
 
 
 def _prune(session: Session, upto: int) -> dict:
@@ -88,8 +105,11 @@ def _prune(session: Session, upto: int) -> dict:
     gone = covered.aggregate(t=Sum("token_count"))["t"] or 0
     _detach_embeddings(covered)
     deleted = covered.delete()[1].get(Message._meta.label, 0)
-    return {"message_count": session.message_count - deleted, "token_count": session.token_count - gone,
-            "_deleted": deleted}
+    return {
+        "message_count": session.message_count - deleted,
+        "token_count": session.token_count - gone,
+        "_deleted": deleted,
+    }
 
 
 def save(session_id, new: NewSnapshot, *, prune: bool) -> SnapshotView:
@@ -104,17 +124,30 @@ def save(session_id, new: NewSnapshot, *, prune: bool) -> SnapshotView:
                 raise SnapshotConflict(new.expected_version, view(current))
             floor = current.upto if current else 0
             if new.upto <= floor:
-                raise InvalidCursor(f"upto={new.upto} does not move past the latest snapshot "
-                                    f"(upto={floor})", field="upto")
+                raise InvalidCursor(
+                    f"upto={new.upto} does not move past the latest snapshot (upto={floor})",
+                    field="upto",
+                )
             if new.upto >= session.next_seq:
-                raise InvalidCursor(f"upto={new.upto} lies beyond the log (last cursor "
-                                    f"{session.next_seq - 1})", field="upto")
+                raise InvalidCursor(
+                    f"upto={new.upto} lies beyond the log (last cursor {session.next_seq - 1})",
+                    field="upto",
+                )
             snapshot = Snapshot.objects.create(
-                session=session, version=(current_version or 0) + 1, upto=new.upto,
-                summary=new.summary, pinned=new.pinned, model=new.model, metadata=new.metadata,
+                session=session,
+                version=(current_version or 0) + 1,
+                upto=new.upto,
+                summary=new.summary,
+                pinned=new.pinned,
+                model=new.model,
+                metadata=new.metadata,
             )
-            tail_tokens = Message.objects.filter(session=session, seq__gt=new.upto).aggregate(
-                t=Sum("token_count"))["t"] or 0
+            tail_tokens = (
+                Message.objects.filter(session=session, seq__gt=new.upto).aggregate(
+                    t=Sum("token_count")
+                )["t"]
+                or 0
+            )
             updates = {"tokens_since_snapshot": tail_tokens, "updated_at": timezone.now()}
             if prune:
                 updates.update(_prune(session, new.upto))
@@ -154,11 +187,16 @@ def trim_covered(session_id, *, keep: int) -> int:
         upto = latest_upto(session.pk)
         if not upto:
             return 0
-        oldest = list(_prunable(session.pk, upto).order_by("seq").values_list("pk", "token_count")[:excess])
+        oldest = list(
+            _prunable(session.pk, upto).order_by("seq").values_list("pk", "token_count")[:excess]
+        )
         if not oldest:
             return 0
-        deleted = Message.objects.filter(pk__in=[pk for pk, _ in oldest]).delete()[1].get(
-            Message._meta.label, 0)
+        deleted = (
+            Message.objects.filter(pk__in=[pk for pk, _ in oldest])
+            .delete()[1]
+            .get(Message._meta.label, 0)
+        )
         Session.objects.filter(pk=session.pk).update(
             message_count=session.message_count - deleted,
             token_count=session.token_count - sum(tokens for _, tokens in oldest),

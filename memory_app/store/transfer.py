@@ -38,9 +38,15 @@ def _iso(value: dt.datetime | None) -> str | None:
 def session_fields(s: Session) -> dict[str, Any]:
     """The ``session`` part of an export."""
     return {
-        "id": str(s.pk), "key": s.key, "namespace": s.namespace, "title": s.title,
-        "metadata": s.metadata, "owner": s.owner_id, "created_at": _iso(s.created_at),
-        "updated_at": _iso(s.updated_at), "expires_at": _iso(s.expires_at),
+        "id": str(s.pk),
+        "key": s.key,
+        "namespace": s.namespace,
+        "title": s.title,
+        "metadata": s.metadata,
+        "owner": s.owner_id,
+        "created_at": _iso(s.created_at),
+        "updated_at": _iso(s.updated_at),
+        "expires_at": _iso(s.expires_at),
         "next_seq": s.next_seq,
     }
 
@@ -48,18 +54,33 @@ def session_fields(s: Session) -> dict[str, Any]:
 def message_fields(m: StoredMessage) -> dict[str, Any]:
     """A message as an export has it: OpenAI form plus cursor and the store's fields."""
     # ``extra`` stays under its own key, so an import reads it exactly as an append would.
-    data = openai_dict(m.role, m.content, m.content_parts, m.name, m.tool_calls, m.tool_call_id, None)
+    data = openai_dict(
+        m.role, m.content, m.content_parts, m.name, m.tool_calls, m.tool_call_id, None
+    )
     if m.extra:
         data["extra"] = m.extra
-    return {**data, "cursor": m.cursor, "metadata": m.metadata, "tokens": m.tokens,
-            "remember": m.remember, "idempotency_key": m.idempotency_key,
-            "created_at": _iso(m.created_at)}
+    return {
+        **data,
+        "cursor": m.cursor,
+        "metadata": m.metadata,
+        "tokens": m.tokens,
+        "remember": m.remember,
+        "idempotency_key": m.idempotency_key,
+        "created_at": _iso(m.created_at),
+    }
 
 
 def snapshot_fields(v: SnapshotView) -> dict[str, Any]:
     """A snapshot as an export has it."""
-    return {"version": v.version, "upto": v.upto, "summary": v.summary, "pinned": v.pinned,
-            "model": v.model, "metadata": v.metadata, "created_at": _iso(v.created_at)}
+    return {
+        "version": v.version,
+        "upto": v.upto,
+        "summary": v.summary,
+        "pinned": v.pinned,
+        "model": v.model,
+        "metadata": v.metadata,
+        "created_at": _iso(v.created_at),
+    }
 
 
 def export_head(s: Session) -> dict[str, Any]:
@@ -70,11 +91,15 @@ def export_session(session_id) -> dict[str, Any]:
     """The whole session as JSON-serialisable data; ``import_session`` restores it."""
     session = Session.objects.get(pk=session_id)
     # Nothing written for longer than any plausible replica lag: a replica may serve the rest.
-    idle = session.updated_at <= timezone.now() - dt.timedelta(seconds=memory_settings.REPLICA_IDLE_SECONDS)
+    idle = session.updated_at <= timezone.now() - dt.timedelta(
+        seconds=memory_settings.REPLICA_IDLE_SECONDS
+    )
     with routers.stale_reads() if idle else nullcontext():
-        return {**export_head(session),
-                "messages": [message_fields(m) for m in log.messages(session.pk)],
-                "snapshots": [snapshot_fields(v) for v in snapshots.lineage(session.pk)]}
+        return {
+            **export_head(session),
+            "messages": [message_fields(m) for m in log.messages(session.pk)],
+            "snapshots": [snapshot_fields(v) for v in snapshots.lineage(session.pk)],
+        }
 
 
 def _import_owner(data: Any, owner: Any) -> Any:
@@ -82,25 +107,33 @@ def _import_owner(data: Any, owner: Any) -> Any:
         raise InvalidExport("import for one owner (or None), not ANY_OWNER", field="owner")
     if owner is not FROM_EXPORT:
         return _owner_id(owner)
-    named = data.get("session", {}).get("owner") if isinstance(data, dict) and isinstance(
-        data.get("session"), dict) else None
+    named = (
+        data.get("session", {}).get("owner")
+        if isinstance(data, dict) and isinstance(data.get("session"), dict)
+        else None
+    )
     if named is None:
         return None
     if isinstance(named, bool) or not isinstance(named, (int, str)):
-        raise InvalidExport("session.owner must be a user's primary key or null", field="session.owner")
+        raise InvalidExport(
+            "session.owner must be a user's primary key or null", field="session.owner"
+        )
     User = get_user_model()
     try:
         exists = User._default_manager.filter(pk=named).exists()
     except (ValueError, TypeError):
         exists = False
     if not exists:
-        raise InvalidExport(f"session.owner: no user {named!r}; pass owner= to import for another",
-                            field="session.owner")
+        raise InvalidExport(
+            f"session.owner: no user {named!r}; pass owner= to import for another",
+            field="session.owner",
+        )
     return named
 
 
-def import_session(data: Any, *, owner: Any = FROM_EXPORT, namespace: str | None = None,
-                   key: str | None = None) -> Session:
+def import_session(
+    data: Any, *, owner: Any = FROM_EXPORT, namespace: str | None = None, key: str | None = None
+) -> Session:
     """Restore an export as a new session of ``owner`` (default: the owner the export names).
     ``SessionExists`` when the key is taken; nothing is written on any error."""
     plan = check_import(data, owner_id=_import_owner(data, owner), key=key, namespace=namespace)
@@ -108,38 +141,59 @@ def import_session(data: Any, *, owner: Any = FROM_EXPORT, namespace: str | None
         try:
             with transaction.atomic(using=router.db_for_write(Session)):
                 session = Session.objects.create(
-                    owner_id=plan.owner_id, namespace=plan.namespace, key=plan.key,
-                    title=plan.title, metadata=plan.metadata, expires_at=plan.expires_at,
+                    owner_id=plan.owner_id,
+                    namespace=plan.namespace,
+                    key=plan.key,
+                    title=plan.title,
+                    metadata=plan.metadata,
+                    expires_at=plan.expires_at,
                     next_seq=plan.next_seq,
                 )
         except IntegrityError:
-            raise SessionExists(f"session {plan.key!r} already exists in namespace "
-                                f"{plan.namespace!r}") from None
+            raise SessionExists(
+                f"session {plan.key!r} already exists in namespace {plan.namespace!r}"
+            ) from None
         rows = []
         for imported in plan.messages:
             m = imported.message
             tokens = count_message(m.as_openai())  # recounted, never taken from the export
             m = encrypt_row(m)  # as the log stores it (a no-op without encryption)
             row = Message(
-                session=session, seq=imported.cursor, role=m.role, content=m.content,
-                content_parts=m.content_parts, name=m.name, tool_calls=m.tool_calls,
-                tool_call_id=m.tool_call_id, extra=m.extra, metadata=m.metadata,
-                token_count=tokens, remember=m.remember, idempotency_key=m.idempotency_key,
+                session=session,
+                seq=imported.cursor,
+                role=m.role,
+                content=m.content,
+                content_parts=m.content_parts,
+                name=m.name,
+                tool_calls=m.tool_calls,
+                tool_call_id=m.tool_call_id,
+                extra=m.extra,
+                metadata=m.metadata,
+                token_count=tokens,
+                remember=m.remember,
+                idempotency_key=m.idempotency_key,
             )
             if imported.created_at:
                 row.created_at = imported.created_at
             rows.append(row)
         Message.objects.bulk_create(rows, batch_size=1000)
         for snap in plan.snapshots:
-            snapshot = Snapshot(session=session, version=snap.version, upto=snap.upto,
-                                summary=snap.summary, pinned=snap.pinned, model=snap.model,
-                                metadata=snap.metadata)
+            snapshot = Snapshot(
+                session=session,
+                version=snap.version,
+                upto=snap.upto,
+                summary=snap.summary,
+                pinned=snap.pinned,
+                model=snap.model,
+                metadata=snap.metadata,
+            )
             if snap.created_at:
                 snapshot.created_at = snap.created_at
             snapshot.save()
         last_upto = plan.snapshots[-1].upto if plan.snapshots else 0
         Session.objects.filter(pk=session.pk).update(
-            message_count=len(rows), token_count=sum(r.token_count for r in rows),
+            message_count=len(rows),
+            token_count=sum(r.token_count for r in rows),
             tokens_since_snapshot=sum(r.token_count for r in rows if r.seq > last_upto),
             created_at=plan.created_at or session.created_at,
         )

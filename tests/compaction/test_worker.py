@@ -67,12 +67,22 @@ def test_a_backlog_larger_than_one_run_is_covered_by_follow_up_runs(celery_worke
     task_id = mem.summarize_async()
     wait_until(lambda: snapshot_count(mem) == 2, message="the follow-up run")
     first, second = mem.snapshots()
-    assert (first.upto, first.metadata["idempotency_key"], first.metadata["partial"]) == (7, task_id, True)
+    assert (first.upto, first.metadata["idempotency_key"], first.metadata["partial"]) == (
+        7,
+        task_id,
+        True,
+    )
     assert second.upto == 12 and second.metadata["idempotency_key"] != task_id
     # The follow-up updated the first summary with messages 8-12 only.
-    second_request = openai_server.requests_to("/chat/completions")[1]["body"]["messages"][1]["content"]
+    second_request = openai_server.requests_to("/chat/completions")[1]["body"]["messages"][1][
+        "content"
+    ]
     assert f"Current summary:\n{first.summary}" in second_request
-    assert "msg-007" not in second_request and "msg-008" in second_request and "msg-013" not in second_request
+    assert (
+        "msg-007" not in second_request
+        and "msg-008" in second_request
+        and "msg-013" not in second_request
+    )
 
 
 def test_a_provider_failure_is_retried_and_never_saved(celery_worker, openai_server):
@@ -89,12 +99,15 @@ def test_a_provider_failure_is_retried_and_never_saved(celery_worker, openai_ser
 
 
 def test_a_killed_worker_leaves_the_store_as_it_was_and_the_task_is_redelivered(
-        celery_worker, openai_server):
+    celery_worker, openai_server
+):
     mem = session_with(8)
     before = (mem.messages(), Session.objects.get(pk=mem.id).tokens_since_snapshot)
     openai_server.delay = 3  # the summarizer is slow: kill the worker while it waits
     task_id = mem.summarize_async()
-    wait_until(lambda: openai_server.requests_to("/chat/completions"), message="the summarizer call")
+    wait_until(
+        lambda: openai_server.requests_to("/chat/completions"), message="the summarizer call"
+    )
     celery_worker.kill()
     openai_server.delay = 0
     assert snapshot_count(mem) == 0
@@ -112,7 +125,9 @@ def test_a_killed_pool_process_gets_its_task_requeued(celery_worker, openai_serv
     mem = session_with(8)
     openai_server.delay = 3
     task_id = mem.summarize_async()
-    wait_until(lambda: openai_server.requests_to("/chat/completions"), message="the summarizer call")
+    wait_until(
+        lambda: openai_server.requests_to("/chat/completions"), message="the summarizer call"
+    )
     [child] = celery_worker.pool_processes()
     os.kill(child, signal.SIGKILL)
     openai_server.delay = 0
@@ -122,10 +137,16 @@ def test_a_killed_pool_process_gets_its_task_requeued(celery_worker, openai_serv
     assert [s.upto for s in mem.snapshots()] == [6]
 
 
-def test_the_threshold_trigger_enqueues_at_most_once_per_session(celery_worker, openai_server, settings):
+def test_the_threshold_trigger_enqueues_at_most_once_per_session(
+    celery_worker, openai_server, settings
+):
     # No embedding tasks (they share the queue): the count below is of summarize tasks.
-    settings.MEMORY_APP = {**celery_worker.memory_app, "SUMMARIZE_THRESHOLD_TOKENS": 40,
-                           "EMBED_ON_APPEND": False, "IMPORTANCE_THRESHOLD": None}
+    settings.MEMORY_APP = {
+        **celery_worker.memory_app,
+        "SUMMARIZE_THRESHOLD_TOKENS": 40,
+        "EMBED_ON_APPEND": False,
+        "IMPORTANCE_THRESHOLD": None,
+    }
     lock = redis.Redis.from_url(REDIS_URL)
     mem = Memory.session(f"trigger-{uuid.uuid4().hex[:8]}", owner=None)
     received_before = celery_worker.count(" received")
@@ -152,16 +173,25 @@ def test_the_threshold_trigger_enqueues_at_most_once_per_session(celery_worker, 
 def test_redis_down_appends_still_work_and_the_sweep_catches_up(celery_worker, settings, caplog):
     settings.MEMORY_APP = {**celery_worker.memory_app, "SUMMARIZE_THRESHOLD_TOKENS": 40}
     mem = Memory.session(f"down-{uuid.uuid4().hex[:8]}", owner=None)
-    with celery_worker.sending(broker_url="redis://127.0.0.1:1/0"), \
-            caplog.at_level(logging.WARNING, logger="memory_app"):
+    with (
+        celery_worker.sending(broker_url="redis://127.0.0.1:1/0"),
+        caplog.at_level(logging.WARNING, logger="memory_app"),
+    ):
         stored = mem.add_many(turns(8))
     assert [m.cursor for m in stored] == list(range(1, 9))
     assert "the over-threshold sweep will enqueue it later" in caplog.text
     assert snapshot_count(mem) == 0
     # Redis is back: the sweep enqueues what the appends could not.
     out = StringIO()
-    call_command("memory_summarize", "--over-threshold", "--namespace", mem.namespace,
-                 "--no-progress", stdout=out, stderr=StringIO())
+    call_command(
+        "memory_summarize",
+        "--over-threshold",
+        "--namespace",
+        mem.namespace,
+        "--no-progress",
+        stdout=out,
+        stderr=StringIO(),
+    )
     assert out.getvalue().startswith("1 enqueued")
     wait_until(lambda: snapshot_count(mem) == 1, message="the swept session's snapshot")
     assert mem.latest_snapshot().upto == 6

@@ -56,18 +56,22 @@ def garden_chat(db, user, django_capture_on_commit_callbacks):
     """A session of ``user`` about several topics, embedded (on-commit callbacks run)."""
     mem = Memory.session("garden", owner=user, namespace="tests")
     with django_capture_on_commit_callbacks(execute=True):
-        add_turns(mem, [
-            "I planted tomatoes and basil in the raised bed last spring.",
-            "My dog Biscuit is a golden retriever who loves the beach.",
-            "The quarterly report is due on the fifteenth of March.",
-            "We repainted the kitchen a pale sage green.",
-            "For dinner I cooked a mushroom risotto with parmesan.",
-            "Our trip to Lisbon is booked for late September.",
-        ])
+        add_turns(
+            mem,
+            [
+                "I planted tomatoes and basil in the raised bed last spring.",
+                "My dog Biscuit is a golden retriever who loves the beach.",
+                "The quarterly report is due on the fifteenth of March.",
+                "We repainted the kitchen a pale sage green.",
+                "For dinner I cooked a mushroom risotto with parmesan.",
+                "Our trip to Lisbon is booked for late September.",
+            ],
+        )
     return mem
 
 
 # ---- a real Celery worker -----------------------------------------------------------------------
+
 
 def database_url_for_subprocess() -> str:
     """A DATABASE_URL reaching the database this test process uses (pytest's test database)."""
@@ -115,14 +119,37 @@ def celery_worker_process(transactional_db, tmp_path):
     this process's Celery app at it. Yields the queue name; the worker is stopped at the end."""
     broker = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
     queue = f"memory-test-{uuid.uuid4().hex}"
-    env = {**os.environ, "CELERY_BROKER_URL": broker, "CELERY_TASK_DEFAULT_QUEUE": queue,
-           "DATABASE_URL": database_url_for_subprocess(), "PYTHONPATH": str(ROOT)}
+    env = {
+        **os.environ,
+        "CELERY_BROKER_URL": broker,
+        "CELERY_TASK_DEFAULT_QUEUE": queue,
+        "DATABASE_URL": database_url_for_subprocess(),
+        "PYTHONPATH": str(ROOT),
+    }
     log = open(tmp_path / "worker.log", "w+")  # noqa: SIM115 (closed below)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "project", "worker", "--pool=solo", "-Q", queue,
-         "--without-heartbeat", "--without-gossip", "--without-mingle", "-n", f"{queue}@%h",
-         "--loglevel=INFO"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, text=True,
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "project",
+            "worker",
+            "--pool=solo",
+            "-Q",
+            queue,
+            "--without-heartbeat",
+            "--without-gossip",
+            "--without-mingle",
+            "-n",
+            f"{queue}@%h",
+            "--loglevel=INFO",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     try:
         with celery_publishing_to(broker, task_default_queue=queue) as app:

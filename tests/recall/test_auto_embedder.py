@@ -54,12 +54,26 @@ def test_an_explicit_embedder_wins(memory_settings_override):
 @needs_local
 def test_a_fresh_project_reports_the_local_model(tmp_path):
     """What the README tells a user to run to see which embedder is in force."""
-    env = {**os.environ, "MEMORY_APP_JSON": json.dumps({}), "DJANGO_SETTINGS_MODULE": "project.settings",
-           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    env = {
+        **os.environ,
+        "MEMORY_APP_JSON": json.dumps({}),
+        "DJANGO_SETTINGS_MODULE": "project.settings",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+    }
     out = subprocess.run(
-        [sys.executable, "manage.py", "shell", "-c",
-         "from memory_app.providers.embeddings import get_embedder; print(get_embedder().name)"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "manage.py",
+            "shell",
+            "-c",
+            "from memory_app.providers.embeddings import get_embedder; print(get_embedder().name)",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == PACKAGED_MODEL

@@ -24,7 +24,9 @@ def unembedded(db, user, memory_settings_override, django_capture_on_commit_call
     sessions = [Memory.session(f"old-{i}", owner=user) for i in range(2)]
     with django_capture_on_commit_callbacks(execute=True):
         for mem in sessions:
-            add_turns(mem, [f"note {n} of {mem.key}: the tide table for pier {n}" for n in range(30)])
+            add_turns(
+                mem, [f"note {n} of {mem.key}: the tide table for pier {n}" for n in range(30)]
+            )
     assert not Embedding.objects.exists()
     return sessions
 
@@ -54,7 +56,9 @@ def test_backfill_of_one_session_and_reembedding(unembedded):
     old_ids = set(Embedding.objects.values_list("id", flat=True))
     out, _ = run("--session", str(first.id), "--reembed", "--no-progress")
     assert "30 messages to embed" in out and "Stored 30 vectors." in out
-    assert Embedding.objects.count() == 30 and old_ids.isdisjoint(Embedding.objects.values_list("id", flat=True))
+    assert Embedding.objects.count() == 30 and old_ids.isdisjoint(
+        Embedding.objects.values_list("id", flat=True)
+    )
 
 
 def test_backfill_failure_keeps_finished_batches(unembedded, openai_embedder):
@@ -75,8 +79,9 @@ def test_bad_options(db):
         run("--batch-size", "0")
 
 
-def test_messages_never_embedded_are_not_pending(db, user, memory_settings_override,
-                                                 django_capture_on_commit_callbacks):
+def test_messages_never_embedded_are_not_pending(
+    db, user, memory_settings_override, django_capture_on_commit_callbacks
+):
     """Empty, image-only, bare tool calls and acknowledgements are never embedded, so the
     backfill does not count them as pending, before or after a run."""
     from memory_app.services.embedding import count_missing
@@ -85,14 +90,20 @@ def test_messages_never_embedded_are_not_pending(db, user, memory_settings_overr
     memory_settings_override(EMBED_ON_APPEND=False, IMPORTANCE_THRESHOLD=None)
     mem = Memory.session("mixed", owner=user)
     with django_capture_on_commit_callbacks(execute=True):
-        mem.add_many([
-            {"role": "user", "content": "The boiler service is booked for the second of June."},
-            {"role": "user", "content": [{"type": "image_url",
-                                          "image_url": {"url": "https://example.com/a.png"}}]},
-            {"role": "user", "content": "   "},
-            {"role": "assistant", "content": "ok, thanks!"},
-            *tool_turn(result="boiler: serviced 2023"),
-        ])
+        mem.add_many(
+            [
+                {"role": "user", "content": "The boiler service is booked for the second of June."},
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}
+                    ],
+                },
+                {"role": "user", "content": "   "},
+                {"role": "assistant", "content": "ok, thanks!"},
+                *tool_turn(result="boiler: serviced 2023"),
+            ]
+        )
     assert count_missing(session_ids=[mem.id]) == 2  # the booking and the tool's result
     out, err = run("--session", str(mem.id))
     assert "2 messages to embed" in out and "2/2" in err and "Stored 2 vectors." in out

@@ -15,15 +15,21 @@ from tests.recall.conftest import celery_publishing_to
 
 
 def embedded_cursors(mem) -> list[int]:
-    return sorted(Embedding.objects.filter(session=mem.session).values_list("message__seq", flat=True))
+    return sorted(
+        Embedding.objects.filter(session=mem.session).values_list("message__seq", flat=True)
+    )
 
 
 @pytest.mark.django_db(transaction=True)
 def test_embedding_waits_for_commit_and_a_rollback_embeds_nothing(user):
     mem = Memory.session("commit", owner=user)
     with transaction.atomic():
-        mem.add_many([{"role": "user", "content": "the blue heron nests by the lake"},
-                      {"role": "assistant", "content": "herons are patient hunters"}])
+        mem.add_many(
+            [
+                {"role": "user", "content": "the blue heron nests by the lake"},
+                {"role": "assistant", "content": "herons are patient hunters"},
+            ]
+        )
         assert embedded_cursors(mem) == []  # not before the commit
     assert embedded_cursors(mem) == [1, 2]
     stored = Embedding.objects.filter(session=mem.session).first()
@@ -42,7 +48,9 @@ def test_embedding_waits_for_commit_and_a_rollback_embeds_nothing(user):
 
 def test_one_scheduling_per_append_with_every_cursor(mem, django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
-        mem.add_many([{"role": "user", "content": f"fact number {i} about gardens"} for i in range(5)])
+        mem.add_many(
+            [{"role": "user", "content": f"fact number {i} about gardens"} for i in range(5)]
+        )
     ours = [c for c in callbacks if "embed_after_append" in getattr(c, "__qualname__", "")]
     assert len(ours) == 1
     assert embedded_cursors(mem) == []  # nothing before the append commits
@@ -50,9 +58,15 @@ def test_one_scheduling_per_append_with_every_cursor(mem, django_capture_on_comm
     assert embedded_cursors(mem) == [1, 2, 3, 4, 5]
 
 
-def test_an_unreachable_broker_never_fails_an_append(mem, django_capture_on_commit_callbacks, caplog):
-    with celery_publishing_to("redis://127.0.0.1:9/0", task_publish_retry=False,
-                              broker_connection_timeout=0.5, broker_connection_retry=False):
+def test_an_unreachable_broker_never_fails_an_append(
+    mem, django_capture_on_commit_callbacks, caplog
+):
+    with celery_publishing_to(
+        "redis://127.0.0.1:9/0",
+        task_publish_retry=False,
+        broker_connection_timeout=0.5,
+        broker_connection_retry=False,
+    ):
         with django_capture_on_commit_callbacks(execute=True) as callbacks:
             stored = mem.add({"role": "user", "content": "stored although the queue is down"})
     assert any("embed_after_append" in getattr(c, "__qualname__", "") for c in callbacks)  # due...
@@ -64,16 +78,24 @@ def test_an_unreachable_broker_never_fails_an_append(mem, django_capture_on_comm
 
 def test_tasks_are_idempotent(mem, django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=True):
-        mem.add_many([{"role": "user", "content": "salmon swim upstream"},
-                      {"role": "user", "content": "bears wait at the falls"}])
-    before = list(Embedding.objects.filter(session=mem.session).order_by("id").values_list("id", "vector"))
+        mem.add_many(
+            [
+                {"role": "user", "content": "salmon swim upstream"},
+                {"role": "user", "content": "bears wait at the falls"},
+            ]
+        )
+    before = list(
+        Embedding.objects.filter(session=mem.session).order_by("id").values_list("id", "vector")
+    )
     # A redelivered task stores nothing twice.
     assert embed_messages.apply(args=(str(mem.id), [1, 2])).get() == 0
     assert embed_messages.apply(args=(str(mem.id), [1, 2])).get() == 0
     assert Embedding.objects.filter(session=mem.session).count() == 2
     # embed_session re-embeds: new rows, same vectors, still one per message and model.
     assert embed_session.delay(str(mem.id)).get() == 2
-    after = list(Embedding.objects.filter(session=mem.session).order_by("id").values_list("id", "vector"))
+    after = list(
+        Embedding.objects.filter(session=mem.session).order_by("id").values_list("id", "vector")
+    )
     assert len(after) == 2 and {a[0] for a in after}.isdisjoint({b[0] for b in before})
     assert [list(a[1]) for a in after] == [list(b[1]) for b in before]
     # A deleted session is not an error.
@@ -82,8 +104,9 @@ def test_tasks_are_idempotent(mem, django_capture_on_commit_callbacks):
     assert embed_messages.apply(args=(sid, [1])).get() == 0
 
 
-def test_embed_on_append_off_still_embeds_remembered_messages(mem, memory_settings_override,
-                                                             django_capture_on_commit_callbacks):
+def test_embed_on_append_off_still_embeds_remembered_messages(
+    mem, memory_settings_override, django_capture_on_commit_callbacks
+):
     memory_settings_override(EMBED_ON_APPEND=False)
     with django_capture_on_commit_callbacks(execute=True):
         plain = mem.add({"role": "user", "content": "the weather was mild today"})
@@ -91,15 +114,19 @@ def test_embed_on_append_off_still_embeds_remembered_messages(mem, memory_settin
         scored = mem.add({"role": "user", "content": "Please remember that my name is Ada."})
     assert (plain.remember, flagged.remember, scored.remember) == (False, True, True)
     assert dict(Message.objects.filter(session=mem.session).values_list("seq", "remember")) == {
-        1: False, 2: True, 3: True}
+        1: False,
+        2: True,
+        3: True,
+    }
     assert embedded_cursors(mem) == [2, 3]
     # The backfill embeds the rest.
     assert mem.embed() == 1
     assert embedded_cursors(mem) == [1, 2, 3]
 
 
-def test_importance_scoring_is_transparent_and_configurable(mem, memory_settings_override,
-                                                           django_capture_on_commit_callbacks):
+def test_importance_scoring_is_transparent_and_configurable(
+    mem, memory_settings_override, django_capture_on_commit_callbacks
+):
     scorer = KeywordImportanceScorer()
     said = StoredMessage(cursor=1, role="user", content="I always prefer window seats")
     assert scorer.score(said) == 1.0
@@ -118,10 +145,21 @@ def test_importance_scoring_is_transparent_and_configurable(mem, memory_settings
 
 def test_should_recall_skips_what_cannot_help(mem, django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=True):
-        mem.add_many([
-            {"role": "user", "content": "ok thanks"},
-            {"role": "assistant", "content": None, "tool_calls": [
-                {"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}]},
-            {"role": "tool", "tool_call_id": "c1", "content": "the museum opens at nine"},
-        ])
+        mem.add_many(
+            [
+                {"role": "user", "content": "ok thanks"},
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": "c1",
+                            "type": "function",
+                            "function": {"name": "lookup", "arguments": "{}"},
+                        }
+                    ],
+                },
+                {"role": "tool", "tool_call_id": "c1", "content": "the museum opens at nine"},
+            ]
+        )
     assert embedded_cursors(mem) == [3]

@@ -17,15 +17,21 @@ from memory_app.services.recall import apply_hnsw_settings
 
 pytestmark = pytest.mark.postgres
 
-WORDS = ("apple banana cherry delta echo foxtrot golf hotel india juliet kilo lima mike november "
-         "oscar papa quebec romeo sierra tango uniform victor whiskey xray yankee zulu").split()
+WORDS = (
+    "apple banana cherry delta echo foxtrot golf hotel india juliet kilo lima mike november "
+    "oscar papa quebec romeo sierra tango uniform victor whiskey xray yankee zulu"
+).split()
 
 
 def fill(mem, n, rnd, capture, role="user"):
     for start in range(0, n, 1000):
         with capture(execute=True):
-            mem.add_many([{"role": role, "content": " ".join(rnd.choices(WORDS, k=6))}
-                          for _ in range(min(1000, n - start))])
+            mem.add_many(
+                [
+                    {"role": role, "content": " ".join(rnd.choices(WORDS, k=6))}
+                    for _ in range(min(1000, n - start))
+                ]
+            )
 
 
 def owner_search_sql(mem, query, **kwargs):
@@ -54,8 +60,9 @@ def small_vectors(memory_settings_override):
     return get_embedder()
 
 
-def test_index_is_created_once_per_model_with_its_expression(db, small_vectors, mem,
-                                                            django_capture_on_commit_callbacks):
+def test_index_is_created_once_per_model_with_its_expression(
+    db, small_vectors, mem, django_capture_on_commit_callbacks
+):
     name = hnsw_index_name(small_vectors.name)
     assert name.startswith("memory_emb_hnsw_lexical_hash_v1_32_") and len(name) <= 63
     with django_capture_on_commit_callbacks(execute=True):
@@ -72,7 +79,9 @@ def test_index_is_created_once_per_model_with_its_expression(db, small_vectors, 
         assert cursor.fetchone()[0] >= 1
 
 
-def test_owner_scope_uses_the_hnsw_index(db, small_vectors, user, django_capture_on_commit_callbacks):
+def test_owner_scope_uses_the_hnsw_index(
+    db, small_vectors, user, django_capture_on_commit_callbacks
+):
     rnd = random.Random(7)
     for key in ("a", "b", "c"):
         fill(Memory.session(key, owner=user), 1200, rnd, django_capture_on_commit_callbacks)
@@ -81,14 +90,17 @@ def test_owner_scope_uses_the_hnsw_index(db, small_vectors, user, django_capture
     mem = Memory.session("a", owner=user)
     results, sql = owner_search_sql(mem, "apple banana cherry", limit=10)
     assert len(results) == 10
-    assert {r.session_id for r in results} <= set(Memory.sessions(owner=user)[i].id for i in range(3))
+    assert {r.session_id for r in results} <= set(
+        Memory.sessions(owner=user)[i].id for i in range(3)
+    )
     plan = run(sql, explain=True)
     assert f"Index Scan using {hnsw_index_name(small_vectors.name)}" in plan, plan
     assert "rows=10" in plan.splitlines()[0]
 
 
 def test_iterative_scan_fills_the_limit_under_a_selective_filter(
-        db, small_vectors, make_user, django_capture_on_commit_callbacks):
+    db, small_vectors, make_user, django_capture_on_commit_callbacks
+):
     rnd = random.Random(11)
     crowd, few = make_user("crowd"), make_user("few")
     fill(Memory.session("big", owner=crowd), 2000, rnd, django_capture_on_commit_callbacks)
@@ -109,21 +121,28 @@ def test_iterative_scan_fills_the_limit_under_a_selective_filter(
         assert len(results) == 20
         assert len(run(sql)) == 20
     assert {r.session_id for r in results} == {mine.id}
-    assert all(r.message.id in set(Message.objects.filter(session=mine.session).values_list("id", flat=True))
-               for r in results)
+    assert all(
+        r.message.id
+        in set(Message.objects.filter(session=mine.session).values_list("id", flat=True))
+        for r in results
+    )
 
 
-def test_fulltext_search_uses_the_gin_index(garden_chat, memory_settings_override,
-                                            django_capture_on_commit_callbacks):
+def test_fulltext_search_uses_the_gin_index(
+    garden_chat, memory_settings_override, django_capture_on_commit_callbacks
+):
     with connection.cursor() as cursor:
-        cursor.execute("SELECT indexdef FROM pg_indexes WHERE indexname = 'memory_message_content_fts'")
+        cursor.execute(
+            "SELECT indexdef FROM pg_indexes WHERE indexname = 'memory_message_content_fts'"
+        )
         (indexdef,) = cursor.fetchone()
     assert "USING gin (to_tsvector('english'::regconfig, content))" in indexdef
     memory_settings_override(EMBED_ON_APPEND=False, IMPORTANCE_THRESHOLD=None)
     rnd = random.Random(3)
     for _ in range(3):
-        garden_chat.add_many([{"role": "user", "content": " ".join(rnd.choices(WORDS, k=8))}
-                              for _ in range(1000)])
+        garden_chat.add_many(
+            [{"role": "user", "content": " ".join(rnd.choices(WORDS, k=8))} for _ in range(1000)]
+        )
     with connection.cursor() as cursor:
         cursor.execute(f"ANALYZE {Message._meta.db_table}")
     for scope in ("session", "owner"):

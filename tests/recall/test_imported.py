@@ -11,8 +11,9 @@ from memory_app.services.embedding import count_missing
 from tests.recall.conftest import add_turns
 
 
-def test_an_imported_session_is_searchable_after_the_import(garden_chat, other_user,
-                                                            django_capture_on_commit_callbacks):
+def test_an_imported_session_is_searchable_after_the_import(
+    garden_chat, other_user, django_capture_on_commit_callbacks
+):
     data = garden_chat.export()
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
         copy = Memory.import_session(data, owner=other_user)
@@ -27,7 +28,9 @@ def test_an_imported_session_is_searchable_after_the_import(garden_chat, other_u
     assert top.session_id == copy.id and top.message.content.startswith("My dog Biscuit")
 
 
-def test_an_import_rolled_back_embeds_nothing(garden_chat, other_user, django_capture_on_commit_callbacks):
+def test_an_import_rolled_back_embeds_nothing(
+    garden_chat, other_user, django_capture_on_commit_callbacks
+):
     data = garden_chat.export()
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
         with pytest.raises(RuntimeError), transaction.atomic():
@@ -37,7 +40,8 @@ def test_an_import_rolled_back_embeds_nothing(garden_chat, other_user, django_ca
 
 
 def test_embed_on_append_off_embeds_only_remembered_imported_messages(
-        db, user, other_user, memory_settings_override, django_capture_on_commit_callbacks):
+    db, user, other_user, memory_settings_override, django_capture_on_commit_callbacks
+):
     memory_settings_override(EMBED_ON_APPEND=False, IMPORTANCE_THRESHOLD=None)
     mem = Memory.session("notes", owner=user)
     with django_capture_on_commit_callbacks(execute=True):
@@ -45,5 +49,6 @@ def test_embed_on_append_off_embeds_only_remembered_imported_messages(
         add_turns(mem, ["My passport expires in August 2027."], remember=True)
     with django_capture_on_commit_callbacks(execute=True):
         copy = Memory.import_session(mem.export(), owner=other_user)
-    assert list(Embedding.objects.filter(session_id=copy.id).values_list("message__seq", flat=True)) == [3]
-
+    assert list(
+        Embedding.objects.filter(session_id=copy.id).values_list("message__seq", flat=True)
+    ) == [3]

@@ -30,7 +30,8 @@ TEXTS = [
 
 def cosine(a, b):
     return sum(x * y for x, y in zip(a, b, strict=True)) / (
-        math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b)))
+        math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
+    )
 
 
 @pytest.fixture(scope="module")
@@ -85,8 +86,9 @@ def test_without_onnxruntime_auto_falls_back_and_onnx_says_which_extra(monkeypat
         SentenceTransformerEmbedder(backend="onnx", onnx_cache=str(tmp_path / "onnx")).embed(["x"])
 
 
-@pytest.mark.parametrize("options", [{"backend": "tensorrt"}, {"threads": 0}, {"threads": True},
-                                     {"threads": "2"}])
+@pytest.mark.parametrize(
+    "options", [{"backend": "tensorrt"}, {"threads": 0}, {"threads": True}, {"threads": "2"}]
+)
 def test_bad_options_are_refused(options):
     with pytest.raises(ImproperlyConfigured):
         SentenceTransformerEmbedder(**options)

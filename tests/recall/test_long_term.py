@@ -44,8 +44,12 @@ def test_search_finds_pruned_turns(pruned_chat, mode, scope):
     message = top.message
     assert message.content == FACTS[1] and message.role == "user"
     assert message.created_at is not None and message.id is None  # no log row any more
-    assert pruned_chat.search("Clara violin Vienna", limit=1, mode=mode, roles=["user"])[0].cursor == 1
-    others = pruned_chat.search("Clara violin Vienna weather", limit=9, mode=mode, roles=["assistant"])
+    assert (
+        pruned_chat.search("Clara violin Vienna", limit=1, mode=mode, roles=["user"])[0].cursor == 1
+    )
+    others = pruned_chat.search(
+        "Clara violin Vienna weather", limit=9, mode=mode, roles=["assistant"]
+    )
     assert others and all(r.cursor > 3 and r.message.role == "assistant" for r in others)
 
 
@@ -56,10 +60,12 @@ def test_context_recalls_what_the_summary_compressed(pruned_chat):
     assert "Clara lives in Vienna" in block["content"] and "cursor 1" in block["content"]
 
 
-def test_compaction_with_pruning_keeps_recall(db, user, memory_settings_override,
-                                              django_capture_on_commit_callbacks):
-    memory_settings_override(PRUNE_COMPACTED=True, SUMMARIZE_KEEP_RECENT=2,
-                             SUMMARIZE_THRESHOLD_TOKENS=None)
+def test_compaction_with_pruning_keeps_recall(
+    db, user, memory_settings_override, django_capture_on_commit_callbacks
+):
+    memory_settings_override(
+        PRUNE_COMPACTED=True, SUMMARIZE_KEEP_RECENT=2, SUMMARIZE_THRESHOLD_TOKENS=None
+    )
     mem = Memory.session("compacted", owner=user)
     with django_capture_on_commit_callbacks(execute=True):
         add_turns(mem, [*FACTS, *CHATTER])
@@ -75,26 +81,43 @@ def test_messages_not_embedded_yet_are_promoted_before_pruning(db, user):
     add_turns(mem, [*FACTS, *CHATTER])
     assert not Embedding.objects.filter(session=mem.session).exists()
     mem.save_snapshot("summary", upto=3, prune=True)
-    assert set(Embedding.objects.filter(session=mem.session).values_list("cursor", flat=True)) == {1, 2, 3}
+    assert set(Embedding.objects.filter(session=mem.session).values_list("cursor", flat=True)) == {
+        1,
+        2,
+        3,
+    }
     assert mem.search("boiler serviced Nordheat", limit=1, mode="vector")[0].cursor == 2
 
 
 def test_promotion_is_idempotent_by_session_cursor_and_model(pruned_chat):
-    before = list(Embedding.objects.filter(session=pruned_chat.session)
-                  .order_by("cursor").values_list("cursor", "model", "content"))
+    before = list(
+        Embedding.objects.filter(session=pruned_chat.session)
+        .order_by("cursor")
+        .values_list("cursor", "model", "content")
+    )
     assert [c for c, _, _ in before] == list(range(1, 10))
     assert promote_before_pruning(pruned_chat.id, 9) == 0
     assert embed_messages(session_ids=[pruned_chat.id]) == 0
     assert pruned_chat.prune_compacted() == 0
-    after = list(Embedding.objects.filter(session=pruned_chat.session)
-                 .order_by("cursor").values_list("cursor", "model", "content"))
+    after = list(
+        Embedding.objects.filter(session=pruned_chat.session)
+        .order_by("cursor")
+        .values_list("cursor", "model", "content")
+    )
     assert after == before
     # Only pruned turns carry their text: the live ones read it from the log.
     assert [bool(text) for _, _, text in after] == [True] * 3 + [False] * 6
     kept = Embedding.objects.filter(session=pruned_chat.session, cursor=1).get()
     with pytest.raises(IntegrityError), transaction.atomic():
-        Embedding.objects.create(session=kept.session, owner=kept.owner, cursor=1, role="user",
-                                 model=kept.model, dimensions=kept.dimensions, vector=kept.vector)
+        Embedding.objects.create(
+            session=kept.session,
+            owner=kept.owner,
+            cursor=1,
+            role="user",
+            model=kept.model,
+            dimensions=kept.dimensions,
+            vector=kept.vector,
+        )
 
 
 @pytest.mark.parametrize("how", ["clear", "delete", "erase_owner"])
@@ -120,15 +143,19 @@ def test_a_popped_message_takes_its_vectors_with_it(mem, django_capture_on_commi
     assert all(r.cursor == 1 for r in mem.search("forget that gate", mode="vector"))
 
 
-def test_kept_text_is_encrypted_at_rest(db, user, memory_settings_override,
-                                        django_capture_on_commit_callbacks):
+def test_kept_text_is_encrypted_at_rest(
+    db, user, memory_settings_override, django_capture_on_commit_callbacks
+):
     memory_settings_override(ENCRYPTION_KEYS=[Fernet.generate_key().decode()])
     mem = Memory.session("secret", owner=user)
     with django_capture_on_commit_callbacks(execute=True):
         add_turns(mem, [*FACTS, *CHATTER])
     mem.save_snapshot("summary", upto=3, prune=True)
-    stored = list(Embedding.objects.filter(session=mem.session, message__isnull=True)
-                  .values_list("content", flat=True))
+    stored = list(
+        Embedding.objects.filter(session=mem.session, message__isnull=True).values_list(
+            "content", flat=True
+        )
+    )
     assert len(stored) == 3 and all(text.startswith(ENCRYPTED_PREFIX) for text in stored)
     assert not any("Clara" in text for text in stored)
     (top,) = mem.search("sister Clara Vienna violin", limit=1, mode="vector")
@@ -138,7 +165,9 @@ def test_kept_text_is_encrypted_at_rest(db, user, memory_settings_override,
 @pytest.mark.postgres
 def test_fulltext_over_pruned_turns_has_its_own_gin_index(pruned_chat):
     with connection.cursor() as cursor:
-        cursor.execute("SELECT indexdef FROM pg_indexes WHERE indexname = 'memory_embedding_content_fts'")
+        cursor.execute(
+            "SELECT indexdef FROM pg_indexes WHERE indexname = 'memory_embedding_content_fts'"
+        )
         (indexdef,) = cursor.fetchone()
     assert "USING gin (to_tsvector('english'::regconfig, content))" in indexdef
     assert "WHERE (message_id IS NULL)" in indexdef

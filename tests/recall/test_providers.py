@@ -23,14 +23,16 @@ from memory_app.tasks import embed_messages
 
 def cosine(a, b):
     return sum(x * y for x, y in zip(a, b, strict=True)) / (
-        math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b)))
+        math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
+    )
 
 
 def test_lexical_embedder_is_deterministic_normalised_and_lexical():
     embedder = LexicalEmbedder(dimensions=256)
     assert embedder.name == "lexical-hash-v1-256" and embedder.dimensions == 256
-    a, b, c, empty = embedder.embed(["She is painting the fence", "a painted fence",
-                                     "quarterly tax report", ""])
+    a, b, c, empty = embedder.embed(
+        ["She is painting the fence", "a painted fence", "quarterly tax report", ""]
+    )
     assert a == LexicalEmbedder(dimensions=256).embed(["She is painting the fence"])[0]
     assert abs(math.sqrt(sum(x * x for x in a)) - 1) < 1e-9
     assert cosine(a, b) > 0.3 > cosine(a, c)
@@ -84,11 +86,16 @@ def apply_with_retries(task, *args):
         app.conf.task_eager_propagates = saved
 
 
-def test_a_provider_failure_is_retried_by_the_task(openai_embedder, mem,
-                                                  django_capture_on_commit_callbacks):
+def test_a_provider_failure_is_retried_by_the_task(
+    openai_embedder, mem, django_capture_on_commit_callbacks
+):
     with django_capture_on_commit_callbacks(execute=False):  # queued, not run yet
-        mem.add_many([{"role": "user", "content": "the lighthouse keeper counts ships"},
-                      {"role": "user", "content": "fog rolls in every evening"}])
+        mem.add_many(
+            [
+                {"role": "user", "content": "the lighthouse keeper counts ships"},
+                {"role": "user", "content": "fog rolls in every evening"},
+            ]
+        )
     openai_embedder.fail_next(2, status=500)
     result = apply_with_retries(embed_messages, str(mem.id), [1, 2])
     assert result.successful() and result.get() == 2
@@ -98,7 +105,8 @@ def test_a_provider_failure_is_retried_by_the_task(openai_embedder, mem,
 
 
 def test_a_provider_that_keeps_failing_stores_nothing_and_spares_the_append(
-        openai_embedder, mem, django_capture_on_commit_callbacks, caplog):
+    openai_embedder, mem, django_capture_on_commit_callbacks, caplog
+):
     openai_embedder.fail_next(100, status=500)
     with django_capture_on_commit_callbacks(execute=True):
         stored = mem.add({"role": "user", "content": "nobody embeds this today"})
@@ -117,8 +125,9 @@ def test_sentence_transformer_embedder_uses_the_packaged_model_offline():
     embedder = SentenceTransformerEmbedder()
     assert embedder.name == "sentence-transformers/all-MiniLM-L6-v2"
     assert embedder.dimensions == 384
-    dog, puppy, tax = embedder.embed(["a dog runs in the park", "a puppy plays outside",
-                                      "filing the quarterly tax return"])
+    dog, puppy, tax = embedder.embed(
+        ["a dog runs in the park", "a puppy plays outside", "filing the quarterly tax return"]
+    )
     assert len(dog) == 384
     assert abs(math.sqrt(sum(x * x for x in dog)) - 1) < 1e-5
     assert cosine(dog, puppy) > cosine(dog, tax) + 0.2  # semantic, unlike the lexical one

@@ -18,9 +18,11 @@ from tests.recall.conftest import add_turns
 @pytest.fixture
 def embedded(django_capture_on_commit_callbacks):
     """Run the embedding that appends schedule, as a worker would after the commit."""
+
     def append(mem, texts, **extra):
         with django_capture_on_commit_callbacks(execute=True):
             return add_turns(mem, texts, **extra)
+
     return append
 
 
@@ -47,7 +49,9 @@ def test_owner_scope_searches_every_session_of_the_owner(garden_chat, user, embe
     travel = Memory.session("travel", owner=user, namespace="other-agent")
     embedded(travel, ["The passport renewal appointment is on Tuesday morning."])
     for mode in ("hybrid", "vector", "fulltext"):
-        found = garden_chat.search("passport renewal appointment", limit=3, scope="owner", mode=mode)
+        found = garden_chat.search(
+            "passport renewal appointment", limit=3, scope="owner", mode=mode
+        )
         assert found[0].session_id == travel.id and found[0].cursor == 1
         assert not garden_chat.search("passport renewal appointment", limit=3, mode="fulltext")
 
@@ -55,13 +59,20 @@ def test_owner_scope_searches_every_session_of_the_owner(garden_chat, user, embe
 def test_another_owner_is_never_searched(garden_chat, other_user, embedded):
     theirs = Memory.session("garden", owner=other_user, namespace="tests")
     # Near-identical texts, and some that match the query better than anything of ours.
-    embedded(theirs, ["My dog Biscuit is a golden retriever who loves the beach.",
-                      "golden retriever golden retriever dog dog beach"])
+    embedded(
+        theirs,
+        [
+            "My dog Biscuit is a golden retriever who loves the beach.",
+            "golden retriever golden retriever dog dog beach",
+        ],
+    )
     ownerless = Memory.session("garden", owner=None, namespace="tests")
     embedded(ownerless, ["golden retriever dog beach Biscuit"])
     for scope in ("session", "owner"):
         for mode in ("hybrid", "vector", "fulltext"):
-            found = garden_chat.search("golden retriever dog beach", limit=10, scope=scope, mode=mode)
+            found = garden_chat.search(
+                "golden retriever dog beach", limit=10, scope=scope, mode=mode
+            )
             assert found and {r.session_id for r in found} == {garden_chat.id}, (scope, mode)
             found = theirs.search("golden retriever dog beach", limit=10, scope=scope, mode=mode)
             assert {r.session_id for r in found} == {theirs.id}
@@ -74,10 +85,14 @@ def test_roles_filter(garden_chat, embedded):
     embedded(garden_chat, ["The report is due in March, I noted it."], role="assistant")
     found = garden_chat.search("report due", limit=10, roles=["assistant"])
     assert [r.message.role for r in found] == ["assistant"]
-    assert {r.message.role for r in garden_chat.search("report due", limit=10, roles=["user"])} == {"user"}
+    assert {r.message.role for r in garden_chat.search("report due", limit=10, roles=["user"])} == {
+        "user"
+    }
 
 
-def test_hybrid_fuses_both_rankings(garden_chat, memory_settings_override, django_capture_on_commit_callbacks):
+def test_hybrid_fuses_both_rankings(
+    garden_chat, memory_settings_override, django_capture_on_commit_callbacks
+):
     # Stored while embedding is off: only full-text search can see it.
     memory_settings_override(EMBED_ON_APPEND=False, IMPORTANCE_THRESHOLD=None)
     with django_capture_on_commit_callbacks(execute=True):
@@ -93,10 +108,15 @@ def test_hybrid_fuses_both_rankings(garden_chat, memory_settings_override, djang
     v_rank = {r.cursor: i for i, r in enumerate(vector, 1)}
     f_rank = {r.cursor: i for i, r in enumerate(fulltext, 1)}
     for r in hybrid:
-        expected = sum(1 / (60 + ranks[r.cursor]) for ranks in (v_rank, f_rank) if r.cursor in ranks)
+        expected = sum(
+            1 / (60 + ranks[r.cursor]) for ranks in (v_rank, f_rank) if r.cursor in ranks
+        )
         assert r.score == pytest.approx(expected)
-        assert r.ranks == {k: v for k, v in (("vector", v_rank.get(r.cursor)),
-                                             ("fulltext", f_rank.get(r.cursor))) if v}
+        assert r.ranks == {
+            k: v
+            for k, v in (("vector", v_rank.get(r.cursor)), ("fulltext", f_rank.get(r.cursor)))
+            if v
+        }
     # Found by both beats found by one: the dog message leads; the hidden one still makes it.
     assert hybrid[0].cursor == 2 and set(hybrid[0].ranks) == {"vector", "fulltext"}
     assert hybrid[0].score > next(r.score for r in hybrid if r.cursor == hidden.cursor)
@@ -109,23 +129,30 @@ def test_reciprocal_rank_fusion():
     assert fused[2][1] == pytest.approx(1 / 62)
 
 
-def test_fulltext_matches_any_word_by_default_or_all_on_request(garden_chat, memory_settings_override):
+def test_fulltext_matches_any_word_by_default_or_all_on_request(
+    garden_chat, memory_settings_override
+):
     assert [r.cursor for r in garden_chat.search("risotto Lisbon", limit=5, mode="fulltext")] != []
     memory_settings_override(FULLTEXT_MATCH="all")
     assert garden_chat.search("risotto Lisbon", limit=5, mode="fulltext") == []
-    assert [r.cursor for r in garden_chat.search("mushroom risotto", limit=5, mode="fulltext")] == [5]
+    assert [r.cursor for r in garden_chat.search("mushroom risotto", limit=5, mode="fulltext")] == [
+        5
+    ]
 
 
-@pytest.mark.parametrize(("kwargs", "field"), [
-    ({"query": ""}, "query"),
-    ({"query": None}, "query"),
-    ({"limit": 0}, "limit"),
-    ({"limit": "5"}, "limit"),
-    ({"scope": "everyone"}, "scope"),
-    ({"mode": "magic"}, "mode"),
-    ({"roles": "user"}, "roles"),
-    ({"roles": ["wizard"]}, "roles"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"query": ""}, "query"),
+        ({"query": None}, "query"),
+        ({"limit": 0}, "limit"),
+        ({"limit": "5"}, "limit"),
+        ({"scope": "everyone"}, "scope"),
+        ({"mode": "magic"}, "mode"),
+        ({"roles": "user"}, "roles"),
+        ({"roles": ["wizard"]}, "roles"),
+    ],
+)
 def test_bad_arguments_raise_a_typed_error(mem, kwargs, field):
     args = {"query": "anything", **kwargs}
     with pytest.raises(InvalidSearch) as err:

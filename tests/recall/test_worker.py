@@ -23,10 +23,16 @@ def wait_for(condition, timeout=60.0):
     return False
 
 
-def test_a_worker_embeds_after_commit_and_duplicates_store_nothing_twice(celery_worker_process, user):
+def test_a_worker_embeds_after_commit_and_duplicates_store_nothing_twice(
+    celery_worker_process, user
+):
     mem = Memory.session("worker", owner=user)
-    stored = mem.add_many([{"role": "user", "content": "the orchard has forty apple trees"},
-                           {"role": "assistant", "content": "apples ripen in late September"}])
+    stored = mem.add_many(
+        [
+            {"role": "user", "content": "the orchard has forty apple trees"},
+            {"role": "assistant", "content": "apples ripen in late September"},
+        ]
+    )
     # add_many returned at once: the embedding is the worker's job.
     assert [m.cursor for m in stored] == [1, 2]
     assert wait_for(lambda: Embedding.objects.filter(session=mem.session).count() == 2)

@@ -54,8 +54,10 @@ def main() -> None:
     context = multiprocessing.get_context("fork")
     start = context.Barrier(len(plans))
     results = context.Queue()
-    workers = [context.Process(target=work, args=(session_id, plan, start, results, i))
-               for i, plan in enumerate(plans)]
+    workers = [
+        context.Process(target=work, args=(session_id, plan, start, results, i))
+        for i, plan in enumerate(plans)
+    ]
     for worker in workers:
         worker.start()
     collected = [results.get(timeout=120) for _ in workers]

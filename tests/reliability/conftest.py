@@ -44,11 +44,20 @@ def run_appenders(transactional_db):
     from django.db import connection
 
     def run(session_id, plans: list[list[list[dict]]], timeout: float = 120) -> list[list]:
-        env = {**os.environ, "DATABASE_URL": database_url(connection.settings_dict),
-               "DJANGO_SETTINGS_MODULE": "project.settings", "DJANGO_DEBUG": "0"}
+        env = {
+            **os.environ,
+            "DATABASE_URL": database_url(connection.settings_dict),
+            "DJANGO_SETTINGS_MODULE": "project.settings",
+            "DJANGO_DEBUG": "0",
+        }
         done = subprocess.run(
-            [sys.executable, str(APPENDER), str(session_id)], input=json.dumps(plans),
-            capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout,
+            [sys.executable, str(APPENDER), str(session_id)],
+            input=json.dumps(plans),
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=ROOT,
+            timeout=timeout,
         )
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout.strip().splitlines()[-1])

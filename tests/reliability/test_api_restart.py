@@ -80,7 +80,10 @@ def test_an_idle_connection_is_replaced_after_a_restart(live_postgres, health_ch
     with Gunicorn(database.url, workers=1, threads=1, health_checks=health_checks) as server:
         url = f"{server.base_url}/api/memory/sessions/{client.session_id}/messages/"
         headers = {"Authorization": f"Token {client.token}"}
-        assert httpx.post(url, json={"role": "user", "content": "before"}, headers=headers).status_code == 201
+        assert (
+            httpx.post(url, json={"role": "user", "content": "before"}, headers=headers).status_code
+            == 201
+        )
         live_postgres.stop()
         live_postgres.start()
         first = httpx.post(url, json={"role": "user", "content": "after"}, headers=headers)

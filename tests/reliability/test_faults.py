@@ -21,7 +21,10 @@ BATCH = 1000
 @pytest.fixture(autouse=True)
 def store_only(settings):
     # The store alone: a batch this size would otherwise start a summary (inline, with no broker).
-    settings.MEMORY_APP = {**getattr(settings, "MEMORY_APP", {}), "SUMMARIZE_THRESHOLD_TOKENS": None}
+    settings.MEMORY_APP = {
+        **getattr(settings, "MEMORY_APP", {}),
+        "SUMMARIZE_THRESHOLD_TOKENS": None,
+    }
 
 
 @pytest.fixture
@@ -39,8 +42,10 @@ def pause_mid_batch():
                 END IF;
                 RETURN NEW;
             END $$""")
-        cursor.execute(f"CREATE TRIGGER reliability_pause BEFORE INSERT ON {table} "
-                       "FOR EACH ROW EXECUTE FUNCTION reliability_pause()")
+        cursor.execute(
+            f"CREATE TRIGGER reliability_pause BEFORE INSERT ON {table} "
+            "FOR EACH ROW EXECUTE FUNCTION reliability_pause()"
+        )
     yield
     with connection.cursor() as cursor:
         cursor.execute(f"DROP TRIGGER IF EXISTS reliability_pause ON {table}")
@@ -56,8 +61,14 @@ def batch_with_pause() -> list[dict]:
 
 def state(mem):
     session = Session.objects.get(pk=mem.id)
-    return (session.next_seq, session.message_count, session.token_count,
-            list(Message.objects.filter(session_id=mem.id).order_by("seq").values_list("seq", "content")))
+    return (
+        session.next_seq,
+        session.message_count,
+        session.token_count,
+        list(
+            Message.objects.filter(session_id=mem.id).order_by("seq").values_list("seq", "content")
+        ),
+    )
 
 
 def assert_stored_whole(mem, before, stored, batch):
@@ -65,8 +76,11 @@ def assert_stored_whole(mem, before, stored, batch):
     assert [m.cursor for m in stored] == list(range(next_seq, next_seq + len(batch)))
     after = state(mem)
     assert after[3] == before[3] + [(next_seq + i, m["content"]) for i, m in enumerate(batch)]
-    assert after[:3] == (next_seq + len(batch), before[1] + len(batch),
-                         before[2] + sum(m.tokens for m in stored))
+    assert after[:3] == (
+        next_seq + len(batch),
+        before[1] + len(batch),
+        before[2] + sum(m.tokens for m in stored),
+    )
 
 
 def sleeping_backend(timeout: float = 20) -> int:
@@ -74,8 +88,10 @@ def sleeping_backend(timeout: float = 20) -> int:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pid FROM pg_stat_activity WHERE wait_event = 'PgSleep' "
-                           "AND datname = current_database()")
+            cursor.execute(
+                "SELECT pid FROM pg_stat_activity WHERE wait_event = 'PgSleep' "
+                "AND datname = current_database()"
+            )
             row = cursor.fetchone()
         if row:
             return row[0]
@@ -112,7 +128,9 @@ def test_connection_killed_in_the_middle_of_a_batch(pause_mid_batch):
     pid = sleeping_backend()
     with connection.cursor() as cursor:
         # Half the batch is written (uncommitted) when the server ends the connection.
-        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s AND state = 'active'", [pid])
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE pid = %s AND state = 'active'", [pid]
+        )
         assert cursor.fetchone()[0] == 1
         cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
     thread.join(timeout=60)
