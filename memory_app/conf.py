@@ -151,7 +151,8 @@ DEFAULTS: dict[str, Any] = {
     "READ_REPLICAS": [],
     # A session nothing was written to for this many seconds is exported from a replica.
     "REPLICA_IDLE_SECONDS": 300,
-    # View names whose GET requests read stale-tolerantly (memory_app.routers.ReplicaReadsMiddleware).
+    # View names whose GET requests read stale-tolerantly
+    # (memory_app.routers.ReplicaReadsMiddleware).
     "REPLICA_READ_VIEWS": ["admin:memory_app_session_changelist"],
 }
 

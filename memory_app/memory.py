@@ -87,7 +87,8 @@ class Memory:
         metadata: dict | None = None,
         expires_at: dt.datetime | None = None,
     ) -> SessionMemory:
-        """The session ``key`` of ``owner`` in ``namespace``; created when missing unless ``create=False``."""
+        """The session ``key`` of ``owner`` in ``namespace``; created when missing unless
+        ``create=False``."""
         return SessionMemory(
             sessions.get_or_create(
                 key,
@@ -129,7 +130,8 @@ class Memory:
 
     @staticmethod
     def sessions(owner=None, namespace: str | None = None) -> list[SessionInfo]:
-        """The owner's sessions, newest first, with title, counts and whether they hold a snapshot."""
+        """The owner's sessions, newest first, with title, counts and whether they hold a
+        snapshot."""
         return [sessions.session_info(s) for s in sessions.list_queryset(owner, namespace)]
 
     @staticmethod
@@ -156,7 +158,8 @@ class Memory:
 
     @staticmethod
     def export_owner(owner) -> dict[str, Any]:
-        """Every session of ``owner``; each element of ``sessions`` restores with ``import_session``."""
+        """Every session of ``owner``; each element of ``sessions`` restores with
+        ``import_session``."""
         return owners.export_owner(owner)
 
     @staticmethod
@@ -243,7 +246,8 @@ class SessionMemory:
         return sessions.field(self.id, "message_count")
 
     def pop_last(self) -> StoredMessage | None:
-        """Delete the newest message and return it (``None`` when empty); its cursor is never reused."""
+        """Delete the newest message and return it (``None`` when empty); its cursor is never
+        reused."""
         return log.pop_last(self.id)
 
     aadd = twin(add, write=True)
@@ -327,7 +331,8 @@ class SessionMemory:
         return snapshots.latest(self.id)
 
     def snapshots(self, newest: int | None = None) -> list[SnapshotView]:
-        """Every snapshot version, oldest first (the lineage); only the latest ``newest`` if given."""
+        """Every snapshot version, oldest first (the lineage); only the latest ``newest`` if
+        given."""
         return snapshots.lineage(self.id, newest)
 
     def snapshot_ranges(self) -> list[tuple[int, int]]:
@@ -335,7 +340,8 @@ class SessionMemory:
         return snapshots.ranges(self.id)
 
     def load_snapshot(self) -> tuple[SnapshotView | None, list[StoredMessage]]:
-        """``(latest snapshot or None, the messages after it)``: the state a summarizer starts from."""
+        """``(latest snapshot or None, the messages after it)``: the state a summarizer starts
+        from."""
         return compaction.load(self.id)
 
     def save_snapshot(

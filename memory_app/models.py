@@ -255,7 +255,8 @@ class Embedding(models.Model):
         blank=True,
         on_delete=models.SET_NULL,
         related_name="embeddings",
-        help_text="The log row; empty once pruning removed it (recall then reads the fields below).",
+        help_text="The log row; empty once pruning removed it "
+        "(recall then reads the fields below).",
     )
     session = models.ForeignKey(
         Session, verbose_name="session", on_delete=models.CASCADE, related_name="embeddings"

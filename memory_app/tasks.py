@@ -9,7 +9,8 @@ exponential backoff and jitter. With no broker the demo project runs them inline
 The sweeps (``prune_expired``, ``apply_retention``, ``sweep_summaries``, ``sweep_embeddings``)
 are for Celery beat: thin wrappers over ``services.retention``, each returning its counts, each
 safe to run twice at once. ``route_task`` sends embedding and summarization to their own queues
-(``MEMORY_APP["TASK_QUEUES"]``) for hosts that set ``CELERY_TASK_ROUTES = ["memory_app.tasks.route_task"]``.
+(``MEMORY_APP["TASK_QUEUES"]``) for hosts that set
+``CELERY_TASK_ROUTES = ["memory_app.tasks.route_task"]``.
 """
 
 from __future__ import annotations

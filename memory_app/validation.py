@@ -144,7 +144,8 @@ def _unstorable(value: Any, depth_left: int) -> str | None:
     if isinstance(value, float):
         return None if math.isfinite(value) else "numbers must be finite"
     if isinstance(value, (dict, list, tuple)) and depth_left <= 0:
-        return f"must not be nested more than {memory_settings.MAX_JSON_DEPTH} levels deep (MAX_JSON_DEPTH)"
+        depth = memory_settings.MAX_JSON_DEPTH
+        return f"must not be nested more than {depth} levels deep (MAX_JSON_DEPTH)"
     if isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str):

@@ -192,7 +192,8 @@ def embed_messages(
     were written (a concurrent run embedding the same messages may have written some first).
 
     ``session_ids`` / ``cursors`` / ``upto`` (cursors up to it) narrow the messages (cursors
-    only make sense with one session). ``replace`` re-embeds messages that already have a vector (each batch's old
+    only make sense with one session). ``replace`` re-embeds messages that already have a
+    vector (each batch's old
     vectors are swapped for new ones in one transaction). Work goes in batches of
     ``batch_size`` messages, each committed on its own, so an interrupted run loses at most one
     batch and the next run continues with what is still missing. Messages the

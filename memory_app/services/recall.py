@@ -207,7 +207,9 @@ def _vector_ranking(
         owner_sql, owner_params = _owner_clause(
             session,
             "e.owner_id",
-            namespace_sql=f"e.session_id IN (SELECT id FROM {ses} WHERE owner_id IS NULL AND namespace = %s)",
+            namespace_sql=(
+                f"e.session_id IN (SELECT id FROM {ses} WHERE owner_id IS NULL AND namespace = %s)"
+            ),
         )
         distance = f"(e.vector::{cast}) <=> %s::{cast}"
         # The same expression and predicate as the partial index, so the planner can use it;
@@ -403,12 +405,13 @@ def recall_message(
 ) -> dict[str, Any]:
     """The system message holding ``results`` as quoted, labelled, untrusted data."""
     lines = [RECALL_HEADER, RECALL_OPEN]
+    keys = session_keys or {}
     for n, result in enumerate(results, start=1):
         m = result.message
         where = (
             "this conversation"
             if result.session_id == session_id
-            else f"conversation {_quote((session_keys or {}).get(result.session_id, str(result.session_id)))}"
+            else f"conversation {_quote(keys.get(result.session_id, str(result.session_id)))}"
         )
         when = f", {m.created_at:%Y-%m-%d}" if m.created_at else ""
         lines.append(f"[{n}] {m.role} in {where}, cursor {m.cursor}{when}: {_quote(m.content)}")

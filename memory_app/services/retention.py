@@ -210,7 +210,7 @@ def apply_retention(
     }
 
 
-# ---- catch-up sweeps: work the after-append triggers could not schedule ----------------------------
+# ---- catch-up sweeps: work the after-append triggers could not schedule ---
 
 
 def _pages(candidates: QuerySet, batch_size: int, max_batches: int | None):

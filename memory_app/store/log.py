@@ -3,7 +3,8 @@
 On PostgreSQL an append is one statement: a CTE bumps the session's counters (taking its row
 lock, which serialises concurrent appenders) and inserts the messages with the cursors it
 handed out. The same UPDATE moves ``expires_at`` forward for namespaces whose retention policy
-slides (``store.policies``), so a sliding TTL costs no query of its own. Other databases take the same lock with an UPDATE, then bulk-insert, in one
+slides (``store.policies``), so a sliding TTL costs no query of its own. Other databases take
+the same lock with an UPDATE, then bulk-insert, in one
 transaction. A failed statement rolls both back, so a cursor is never skipped.
 
 The hot paths on PostgreSQL (append, last N, the pages a window reads) skip the ORM's query

@@ -1,4 +1,5 @@
-"""summarize_session on a real Celery worker, through the real Redis, under at-least-once delivery."""
+"""summarize_session on a real Celery worker, through the real Redis, under at-least-once
+delivery."""
 
 from __future__ import annotations
 
