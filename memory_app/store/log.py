@@ -436,6 +436,25 @@ def _batch_rows(messages: list[NewMessage], tokens: list[int]) -> str:
     return json.dumps(rows, ensure_ascii=False)
 
 
+def message_row(session_id, seq: int, m: NewMessage, tokens: int) -> Message:
+    """The ORM row of a message as stored (``m`` already encrypted when encryption is on)."""
+    return Message(
+        session_id=session_id,
+        seq=seq,
+        role=m.role,
+        content=m.content,
+        content_parts=m.content_parts,
+        name=m.name,
+        tool_calls=m.tool_calls,
+        tool_call_id=m.tool_call_id,
+        extra=m.extra,
+        metadata=m.metadata,
+        token_count=tokens,
+        remember=m.remember,
+        idempotency_key=m.idempotency_key,
+    )
+
+
 def _insert_generic(session_id, messages, tokens) -> list[StoredMessage]:
     n = len(messages)
     now = timezone.now()
@@ -462,21 +481,7 @@ def _insert_generic(session_id, messages, tokens) -> list[StoredMessage]:
         )
         first = next_seq - n
         Message.objects.bulk_create(
-            Message(
-                session_id=session_id,
-                seq=first + i,
-                role=m.role,
-                content=m.content,
-                content_parts=m.content_parts,
-                name=m.name,
-                tool_calls=m.tool_calls,
-                tool_call_id=m.tool_call_id,
-                extra=m.extra,
-                metadata=m.metadata,
-                token_count=t,
-                remember=m.remember,
-                idempotency_key=m.idempotency_key,
-            )
+            message_row(session_id, first + i, m, t)
             for i, (m, t) in enumerate(zip(messages, tokens, strict=True))
         )
         return tokens_since, rows(

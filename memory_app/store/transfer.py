@@ -158,21 +158,7 @@ def import_session(
             m = imported.message
             tokens = count_message(m.as_openai())  # recounted, never taken from the export
             m = encrypt_row(m)  # as the log stores it (a no-op without encryption)
-            row = Message(
-                session=session,
-                seq=imported.cursor,
-                role=m.role,
-                content=m.content,
-                content_parts=m.content_parts,
-                name=m.name,
-                tool_calls=m.tool_calls,
-                tool_call_id=m.tool_call_id,
-                extra=m.extra,
-                metadata=m.metadata,
-                token_count=tokens,
-                remember=m.remember,
-                idempotency_key=m.idempotency_key,
-            )
+            row = log.message_row(session.pk, imported.cursor, m, tokens)
             if imported.created_at:
                 row.created_at = imported.created_at
             rows.append(row)
