@@ -16,6 +16,7 @@ tokenizer (see ``client_window``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import functools
 import math
@@ -223,27 +224,63 @@ def _in_own_thread(method):
     return wrapper
 
 
+#: The broker of the production variant: a Redis database of the benchmark's own, emptied after.
+BENCH_BROKER = "redis://127.0.0.1:6379/15"
+
+
 class OursStore(Store):
     """``memory_app.Memory``. ``prepared`` sets Django's ``OPTIONS["prepare_threshold"]`` (the
     documented switch for server-side prepared statements); without it Django's defaults.
+
+    ``config``: ``"store"``, the store alone (the benchmark's ``MEMORY_APP``: no embedding, no
+    summarize trigger, no importance scoring); ``"production"``, the default ``MEMORY_APP`` with
+    a Redis broker configured and no worker running (each append schedules its after-append
+    job as in production); ``"demo"``, the default ``MEMORY_APP`` with no broker (the job runs
+    in this process's background thread, as in the demo; the benchmark waits for it after
+    each turn, outside the timed calls, so its work does not fall on the other stores' turns).
 
     Each variant works on a thread of its own, so it keeps its own Django connection (with its
     options, its prepared statements and warm caches) while the stores take turns.
     """
 
-    def __init__(self, *, prepared: bool) -> None:
+    TITLES = {
+        "store": "memory_app (prepare_threshold=5)",
+        "production": "memory_app, production path (Redis broker, defaults)",
+        "demo": "memory_app, no broker (defaults, the demo)",
+    }
+
+    def __init__(self, *, prepared: bool, config: str = "store") -> None:
         self.prepared = prepared
-        self.name = "ours" if prepared else "ours_default"
-        self.title = (
-            "memory_app (prepare_threshold=5)" if prepared else "memory_app (Django defaults)"
-        )
+        self.config = config
+        self.appends_only = config != "store"  # reads are the same code: measured once
+        if config == "store":
+            self.name = "ours" if prepared else "ours_default"
+            self.title = self.TITLES[config] if prepared else "memory_app (Django defaults)"
+        else:
+            self.name = f"ours_{config}"
+            self.title = self.TITLES[config]
 
-    def setup(self, settings_dict):
-        from concurrent.futures import ThreadPoolExecutor
+    @contextlib.contextmanager
+    def configured(self):
+        """The variant's settings while it runs (the stores take turns, so one at a time)."""
+        if self.config == "store":
+            yield
+            return
+        from celery import current_app
+        from django.test.utils import override_settings
 
-        self.executor = ThreadPoolExecutor(1, thread_name_prefix=self.name)
-        self.thread = self.executor.submit(threading.current_thread).result()
-        self.connect()
+        from memory_app.services import background
+
+        conf = current_app.conf
+        saved = (conf.task_always_eager, conf.broker_url)
+        with override_settings(MEMORY_APP={}):
+            if self.config == "production":
+                conf.task_always_eager, conf.broker_url = False, BENCH_BROKER
+            try:
+                yield
+            finally:
+                conf.task_always_eager, conf.broker_url = saved
+                background.wait_for_deferred()
 
     def configure_connection(self):
         """Give this thread's Django connection the variant's own options."""
@@ -264,12 +301,6 @@ class OursStore(Store):
 
         self.configure_connection()
         connection.ensure_connection()
-
-    @_in_own_thread
-    def close(self):
-        from django.db import connection
-
-        connection.close()
 
     @_in_own_thread
     def session(self, key):
@@ -301,7 +332,18 @@ class OursStore(Store):
 
     @_in_own_thread
     def measure(self, fn, *, count, max_seconds, warmup=6):
-        return super().measure(fn, count=count, max_seconds=max_seconds, warmup=warmup)
+        with self.configured():
+            return super().measure(fn, count=count, max_seconds=max_seconds, warmup=warmup)
+
+    @_in_own_thread
+    def close(self):
+        from django.db import connection
+
+        connection.close()
+        if self.config == "production":
+            import redis
+
+            redis.Redis.from_url(BENCH_BROKER).flushdb()  # the tasks no worker ran
 
     def writer(self, key):
         from django.db import connection

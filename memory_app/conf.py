@@ -43,6 +43,9 @@ DEFAULTS: dict[str, Any] = {
     "PRUNE_COMPACTED": False,
     # Namespace used when none is given.
     "DEFAULT_NAMESPACE": "default",
+    # Appends to one session from several threads of this process at once are written together,
+    # in one statement (PostgreSQL, outside transactions): see memory_app/store/log.py.
+    "COMBINE_APPENDS": True,
     # Messages fetched per query while filling a window from the newest backwards.
     "WINDOW_PAGE_SIZE": 200,
     # Keyword arguments for openai.OpenAI() used by the OpenAI providers: api_key, base_url,
@@ -60,6 +63,19 @@ DEFAULTS: dict[str, Any] = {
     "EMBED_ON_APPEND": True,
     # Messages read and embedded per step by the embedding tasks and `memory_embed`.
     "EMBED_BATCH_SIZE": 256,
+    # After an append commits, one job per session indexes what is new (full text, vectors)
+    # and checks the summarize threshold. With a broker: at most one task per session is queued
+    # at a time (a Redis SET NX key, the same Redis as the summarize lock), the key expiring
+    # after this many milliseconds should the task be lost (the sweep catches up then).
+    "AFTER_APPEND_DEBOUNCE_MS": 5000,
+    # Prefix of those keys in Redis (followed by the session id).
+    "AFTER_APPEND_KEY_PREFIX": "memory_app:after_append:",
+    # With no broker the job runs in this process: "deferred" (default) in a background thread,
+    # after the caller's commit, so the append returns at the store's own cost (the thread
+    # finishes its queue when the process exits; what it never ran, the sweep picks up), or
+    # "immediate": in the caller's thread right after the commit (scripts and tests that want
+    # the vectors before add() returns).
+    "INLINE_BACKGROUND": "deferred",
     # Default mode of search(): "hybrid" (vector + full-text), "vector" or "fulltext".
     "SEARCH_MODE": "hybrid",
     # Reciprocal rank fusion constant: a result's hybrid score is sum(1 / (k + rank)).

@@ -17,15 +17,17 @@ embedding?). The default skips empty texts and bare acknowledgements ("ok", "tha
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Protocol
 
 from .conf import memory_settings
-from .types import StoredMessage
+from .types import NewMessage, StoredMessage
 
 
 class ImportanceScorer(Protocol):
-    def score(self, message: StoredMessage) -> float: ...
+    # Scored before the insert: the message has role, content, name, metadata... but no cursor.
+    def score(self, message: NewMessage) -> float: ...
 
 
 class ShouldRecall(Protocol):
@@ -111,3 +113,16 @@ def importance_scorer() -> ImportanceScorer | None:
 def should_recall() -> ShouldRecall:
     """The configured should-recall hook instance (``SHOULD_RECALL``)."""
     return memory_settings.SHOULD_RECALL()
+
+
+def mark_important(messages: list[NewMessage]) -> list[NewMessage]:
+    """The messages, those scoring at least ``IMPORTANCE_THRESHOLD`` flagged ``remember``:
+    scored before the insert, so the flag is written by the append itself."""
+    threshold = memory_settings.IMPORTANCE_THRESHOLD
+    scorer = importance_scorer() if threshold is not None else None
+    if scorer is None:
+        return messages
+    return [
+        m if m.remember or scorer.score(m) < threshold else dataclasses.replace(m, remember=True)
+        for m in messages
+    ]

@@ -129,6 +129,20 @@ class Memory:
         return SessionMemory(sessions.get(session_id, owner=owner))
 
     @staticmethod
+    def add(session_id: uuid.UUID | str, message: dict[str, Any], *, owner=None) -> StoredMessage:
+        """Append one message to the session with this id, if ``owner`` may see it (else
+        ``SessionNotFound``): ``get(...).add(...)`` in one statement, for callers that hold
+        only the id (the REST API)."""
+        return log.add(session_id, message, owner=owner)
+
+    @staticmethod
+    def add_many(
+        session_id: uuid.UUID | str, messages: Iterable[dict[str, Any]], *, owner=None
+    ) -> list[StoredMessage]:
+        """``add()`` for a batch: all stored, in order, with consecutive cursors, or none."""
+        return log.add_many(session_id, messages, owner=owner)
+
+    @staticmethod
     def sessions(owner=None, namespace: str | None = None) -> list[SessionInfo]:
         """The owner's sessions, newest first, with title, counts and whether they hold a
         snapshot."""
@@ -177,6 +191,8 @@ class Memory:
     asession = static_twin(session, write=True)
     acreate = static_twin(create, write=True)
     aget = static_twin(get)
+    aadd = static_twin(add, write=True)
+    aadd_many = static_twin(add_many, write=True)
     asessions = static_twin(sessions)
     aimport_session = static_twin(import_session, write=True)
 

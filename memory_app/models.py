@@ -10,6 +10,7 @@ from __future__ import annotations
 import uuid
 
 from django.conf import settings
+from django.contrib.postgres.search import SearchVectorField
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
@@ -126,7 +127,13 @@ class Session(models.Model):
 
 class Message(models.Model):
     session = models.ForeignKey(
-        Session, verbose_name="session", on_delete=models.CASCADE, related_name="messages"
+        Session,
+        verbose_name="session",
+        on_delete=models.CASCADE,
+        related_name="messages",
+        # The (session, seq) unique index serves every lookup by session: a second index on
+        # session alone would only cost each append one more index insert.
+        db_index=False,
     )
     seq = models.BigIntegerField(
         "cursor", help_text="Position in the session's log, from 1, gapless."
@@ -164,6 +171,23 @@ class Message(models.Model):
         help_text="Client key: a retried append with it returns this message instead of a copy.",
     )
     created_at = models.DateTimeField("created", db_default=Now(), editable=False)
+    # Indexing for recall happens after the append, off the request path: the append only
+    # leaves this mark (the column default), and the after-append job (or the sweep, after a
+    # crash) fills ``search_vector``, embeds what recall wants and clears it.
+    index_pending = models.BooleanField(
+        "indexing pending",
+        db_default=True,
+        editable=False,
+        help_text="Set by the append; cleared once the message is indexed for recall "
+        "(full text, and a vector where one is wanted).",
+    )
+    search_vector = SearchVectorField(
+        "full-text vector",
+        null=True,
+        blank=True,
+        editable=False,
+        help_text="to_tsvector of the content, filled after the append (PostgreSQL).",
+    )
 
     class Meta:
         verbose_name = "message"
@@ -185,6 +209,13 @@ class Message(models.Model):
             ),
         ]
         indexes = [
+            # What the after-append job and the sweep still have to index: a small partial
+            # index (rows leave it within moments of their append).
+            models.Index(
+                fields=["session", "seq"],
+                name="memory_message_pending_idx",
+                condition=Q(index_pending=True),
+            ),
             # System messages are always kept in a window; find them without a scan.
             models.Index(
                 fields=["session", "seq"],

@@ -1,60 +1,35 @@
-"""Receivers of the append signal: the work that follows an append, scheduled in the background.
+"""The receiver of the append signal: what follows an append, scheduled once it commits.
 
-``messages_appended`` is sent inside the append's transaction. Important messages are promoted
-(``remember=True``) in that same transaction; embedding and the summarize threshold are
-scheduled with ``transaction.on_commit`` (a rolled-back append starts nothing), ``robust=True``
-so an unreachable broker never fails an append that has already committed.
+An append leaves its messages marked ``index_pending`` in the rows it writes; once its
+transaction commits (a rolled-back append starts nothing), ``services.background`` schedules the
+session's after-append job: full text and vectors for recall, then the summarize threshold. At
+most one job per session is queued at a time, so this costs an append one Redis round trip
+with a broker, and nothing but a queue entry without one. ``robust=True``: a failure to schedule
+never fails an append that has already committed (the sweep finds what is still marked).
 """
 
 from __future__ import annotations
 
 from django.db import router, transaction
 
-from .conf import memory_settings
 from .models import Message
-from .services import background, embedding
+from .services import background
 from .signals import messages_appended
-from .types import StoredMessage
 
 
-def embed_after_append(sender, session_id, messages: list[StoredMessage], **kwargs) -> None:
-    """Promote important messages now; embed the new ones once the append commits."""
+def schedule_after_append(sender, session_id, messages, **kwargs) -> None:
+    """Once the append commits, schedule the session's after-append job."""
     if not messages:
         return
-    promoted = embedding.promote_important(session_id, messages)
-    for index, message in enumerate(promoted):
-        # The list is what append() returns: let the caller see the stored flag.
-        messages[index] = message
-    cursors = embedding.wanted_cursors(promoted)
-    if cursors:
 
-        def embed() -> None:  # a plain function: robust on_commit logs callbacks by __qualname__
-            background.schedule_embedding(session_id, cursors=cursors)
+    def schedule() -> None:  # a plain function: robust on_commit logs callbacks by __qualname__
+        background.schedule_after_append(session_id)
 
-        transaction.on_commit(embed, using=router.db_for_write(Message), robust=True)
-
-
-def summarize_after_append(
-    sender, session_id, messages, tokens_since_snapshot=None, **kwargs
-) -> None:
-    """Once the append commits, schedule summarization if the session went over the threshold."""
-    threshold = memory_settings.SUMMARIZE_THRESHOLD_TOKENS
-    if threshold is None or not messages:
-        return
-    if tokens_since_snapshot is not None and tokens_since_snapshot <= threshold:
-        return  # the append statement told us: under the threshold, no query needed
-
-    def check() -> None:
-        background.summarize_if_needed(session_id)
-
-    transaction.on_commit(check, using=router.db_for_write(Message), robust=True)
+    transaction.on_commit(schedule, using=router.db_for_write(Message), robust=True)
 
 
 def connect() -> None:
-    """Connect the receivers (called from the app's ``ready()``)."""
+    """Connect the receiver (called from the app's ``ready()``)."""
     messages_appended.connect(
-        embed_after_append, dispatch_uid="memory_app.receivers.embed_after_append"
-    )
-    messages_appended.connect(
-        summarize_after_append, dispatch_uid="memory_app.receivers.summarize_after_append"
+        schedule_after_append, dispatch_uid="memory_app.receivers.schedule_after_append"
     )

@@ -32,6 +32,15 @@ _EMBED_RETRY = {
 }
 
 
+@shared_task(name=background.AFTER_APPEND_TASK, **_EMBED_RETRY)
+def index_session(session_id: str) -> int:
+    """The after-append job: index the session's new messages for recall (full text, vectors)
+    and check the summarize threshold. Queued at most once per session at a time; the key that
+    says so is cleared first, so an append committed from now on queues the next run."""
+    background.start_after_append(session_id)
+    return background.run_after_append(session_id)
+
+
 @shared_task(name=background.EMBED_TASK, **_EMBED_RETRY)
 def embed_messages(session_id: str, cursors: list[int]) -> int:
     """Embed the messages at ``cursors`` of a session (queued after each append commits)."""
@@ -103,14 +112,19 @@ def sweep_summaries(batch_size: int | None = None) -> dict[str, int]:
 
 
 @shared_task(name=SWEEP_EMBEDDINGS_TASK, **_AT_LEAST_ONCE)
-def sweep_embeddings(batch_size: int | None = None) -> dict[str, int]:
-    """Schedule embedding of sessions with messages that have no vector yet."""
-    return retention.sweep_embeddings(batch_size)
+def sweep_embeddings(
+    batch_size: int | None = None, pending_older_than: float = 60.0
+) -> dict[str, int]:
+    """Schedule the after-append job of sessions whose messages are still marked for indexing
+    ``pending_older_than`` seconds after their append, and embedding of sessions with messages
+    that have no vector yet."""
+    return retention.sweep_embeddings(batch_size, pending_older_than=pending_older_than)
 
 
 # ---- routing -----------------------------------------------------------------------------------
 #: The kind of each task, as ``MEMORY_APP["TASK_QUEUES"]`` names its queue.
 TASK_KINDS = {
+    background.AFTER_APPEND_TASK: "embed",
     background.EMBED_TASK: "embed",
     background.REEMBED_TASK: "embed",
     background.SUMMARIZE_TASK: "summarize",

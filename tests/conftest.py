@@ -16,8 +16,15 @@ from memory_app import conf
 # set MEMORY_APP replace the whole dict, so the default itself is pinned for this process, and
 # processes the tests start (workers, servers, appenders) get it through MEMORY_APP_JSON.
 # tests/recall/test_auto_embedder.py sets EMBEDDER="auto" explicitly.
+# Without a broker the after-append job runs right after the commit, in the caller's thread, so
+# tests read its results when add() returns; tests/store/test_after_append.py covers the
+# deferred default.
 conf.DEFAULTS["EMBEDDER"] = conf.LEXICAL_EMBEDDER
-os.environ.setdefault("MEMORY_APP_JSON", json.dumps({"EMBEDDER": conf.LEXICAL_EMBEDDER}))
+conf.DEFAULTS["INLINE_BACKGROUND"] = "immediate"
+os.environ.setdefault(
+    "MEMORY_APP_JSON",
+    json.dumps({"EMBEDDER": conf.LEXICAL_EMBEDDER, "INLINE_BACKGROUND": "immediate"}),
+)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -287,9 +287,9 @@ class SessionViewSet(MemoryAPIMixin, GenericViewSet):
     )
     @action(detail=True, methods=["get", "post"])
     def messages(self, request: Request, id: str) -> Response:
-        memory = self.get_memory()
         if request.method == "POST":
-            return self._append(memory, request.data)
+            return self._append(id, request.data)
+        memory = self.get_memory()
         query = _validated(s.MessagesQuerySerializer, request.query_params)
         limit = query.get("limit") or memory_settings.API_MESSAGES_PAGE_SIZE
         after, before = query.get("after"), query.get("before")
@@ -310,16 +310,20 @@ class SessionViewSet(MemoryAPIMixin, GenericViewSet):
             }
         )
 
-    def _append(self, memory: SessionMemory, data: Any) -> Response:
+    def _append(self, session_id: str, data: Any) -> Response:
+        # By id: the append statement checks the owner scope itself (no query to open the
+        # session first); another owner's session is not found (404) all the same.
+        owner = self.owner_scope()
         if isinstance(data, dict) and "messages" in data and "role" not in data:
             unknown = sorted(set(data) - {"messages"})
             if unknown:
                 raise InvalidMessage(unknown[0], 'unknown field (a batch is {"messages": [...]})')
-            stored = memory.add_many(data["messages"])
+            stored = Memory.add_many(session_id, data["messages"], owner=owner)
         else:
-            stored = [memory.add(data)]
+            stored = [Memory.add(session_id, data, owner=owner)]
+        # StoredMessageSerializer's representation, without building a serializer per request.
         return Response(
-            {"messages": s.StoredMessageSerializer(stored, many=True).data, "next": None},
+            {"messages": [m.as_dict() for m in stored], "next": None},
             status=status.HTTP_201_CREATED,
         )
 

@@ -16,26 +16,29 @@ ran (inline), pending (one is already queued or running), or failed.
 
 from __future__ import annotations
 
+import atexit
 import logging
+import os
 import threading
 import uuid
 from contextlib import contextmanager
 from typing import Any
 
-from django.db import router, transaction
+from django.db import connection, router, transaction
 
 from ..conf import memory_settings
 from ..exceptions import SessionNotFound, SnapshotConflict, SummarizerError
 from ..models import Message, Session
 from ..store import snapshots
 from ..types import Scheduled
-from . import compaction, embedding
+from . import compaction, embedding, indexing
 
 logger = logging.getLogger(__name__)
 
 SUMMARIZE_TASK = "memory_app.summarize_session"
 EMBED_TASK = "memory_app.embed_messages"
 REEMBED_TASK = "memory_app.embed_session"
+AFTER_APPEND_TASK = "memory_app.index_session"
 
 
 # ---- what the tasks (and inline runs) do ---------------------------------------------------------
@@ -64,6 +67,16 @@ def run_embedding(session_id, *, cursors: list[int] | None = None, reembed: bool
     if not Session.objects.filter(pk=session_id).exists():
         return 0  # deleted since: nothing to do
     return embedding.embed_messages(session_ids=[session_id], cursors=cursors, replace=reembed)
+
+
+def run_after_append(session_id) -> int:
+    """The after-append job: index the session's new messages for recall, then check the
+    summarize threshold. Returns how many messages were indexed (0 if the session is gone)."""
+    if not Session.objects.filter(pk=session_id).exists():
+        return 0
+    indexed = indexing.index_new_messages(session_id)
+    summarize_if_needed(session_id)
+    return indexed
 
 
 # ---- the broker ----------------------------------------------------------------------------------
@@ -247,24 +260,152 @@ def schedule_embedding(
     return Scheduled("queued", task_id)
 
 
-def schedule_import_embedding(session_id, *, using: str | None = None) -> None:
-    """Once the transaction that imported a session commits, embed its messages as appends
-    would have been: all of them (``EMBED_ON_APPEND``) or the remembered ones. Never raises
-    (a failure leaves them for ``memory_embed``)."""
+# ---- after each append --------------------------------------------------------------------------
+def after_append_key(session_id) -> str:
+    return f"{memory_settings.AFTER_APPEND_KEY_PREFIX}{session_id}"
 
-    def embed() -> None:
-        if memory_settings.EMBED_ON_APPEND:
-            schedule_embedding(session_id)  # every missing vector the SHOULD_RECALL hook wants
-            return
-        cursors = list(
-            Message.objects.filter(session_id=session_id, remember=True)
-            .order_by("seq")
-            .values_list("seq", flat=True)
+
+def schedule_after_append(session_id) -> Scheduled:
+    """Run the after-append job for this session soon; called once an append has committed.
+
+    With a broker, at most one task per session is queued at a time: a Redis ``SET NX`` key
+    (expiring after ``AFTER_APPEND_DEBOUNCE_MS``) says one is; the task deletes it before it
+    reads what is pending, so an append committed after that read queues the next task. An
+    append costs one Redis round trip, and a burst of appends one task. Without a broker the
+    job runs in this process (``INLINE_BACKGROUND``). Never raises: whatever is not scheduled
+    stays marked in the database for the sweep.
+    """
+    if inline():
+        if memory_settings.INLINE_BACKGROUND == "immediate":
+            try:
+                return Scheduled("ran", result=run_after_append(session_id))
+            except Exception as err:
+                logger.exception("after-append job of session %s failed", session_id)
+                return Scheduled("failed", error=str(err))
+        _deferred().submit(session_id)
+        return Scheduled("queued")
+    key = after_append_key(session_id)
+    client = None
+    try:
+        client = _lock_redis()
+        if client is not None and not client.set(
+            key, "1", nx=True, px=int(memory_settings.AFTER_APPEND_DEBOUNCE_MS)
+        ):
+            return Scheduled("pending")
+        task_id = str(uuid.uuid4())
+        _publish(AFTER_APPEND_TASK, args=[str(session_id)], kwargs={}, task_id=task_id)
+    except Exception as err:
+        if client is not None:
+            try:
+                client.delete(key)  # let the next append try again
+            except Exception:
+                pass
+        logger.warning(
+            "could not schedule the after-append job of session %s; the sweep will",
+            session_id,
+            exc_info=True,
         )
-        if cursors:
-            schedule_embedding(session_id, cursors=cursors)
+        return Scheduled("failed", error=str(err))
+    return Scheduled("queued", task_id)
 
-    transaction.on_commit(embed, using=using or router.db_for_write(Message), robust=True)
+
+def start_after_append(session_id) -> None:
+    """Called by the task before it reads: appends from now on queue the next task."""
+    try:
+        client = _lock_redis()
+        if client is not None:
+            client.delete(after_append_key(session_id))
+    except Exception:
+        # The key expires on its own; until then appends leave their work to this task's
+        # successors or the sweep.
+        logger.warning("could not clear the after-append key of %s", session_id, exc_info=True)
+
+
+class _DeferredRunner:
+    """Runs after-append jobs in one background thread of this process (no broker).
+
+    Sessions wait in an ordered set, so a burst of appends to one session runs its job once.
+    The thread has its own database connection, closed whenever the queue runs dry. At exit
+    the queue is finished (``drain``); what a killed process never ran stays marked in the
+    database for the sweep.
+    """
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.queue: dict[str, None] = {}
+        self.running = 0
+        self.condition = threading.Condition()
+        self.thread = threading.Thread(
+            target=self._loop, name="memory_app-after-append", daemon=True
+        )
+        self.thread.start()
+
+    def submit(self, session_id) -> None:
+        with self.condition:
+            self.queue[str(session_id)] = None
+            self.condition.notify_all()
+
+    def drain(self, timeout: float | None = None) -> bool:
+        """Wait until every submitted job has run; whether it did within ``timeout``."""
+        with self.condition:
+            return self.condition.wait_for(lambda: not self.queue and not self.running, timeout)
+
+    def _loop(self) -> None:
+        while True:
+            with self.condition:
+                if not self.queue:
+                    connection.close()
+                    self.condition.notify_all()
+                    self.condition.wait_for(lambda: self.queue)
+                session_id = next(iter(self.queue))
+                del self.queue[session_id]
+                self.running += 1
+            try:
+                run_after_append(session_id)
+            except Exception:
+                logger.exception("after-append job of session %s failed", session_id)
+                connection.close()  # a broken connection is not reused
+            finally:
+                with self.condition:
+                    self.running -= 1
+                    self.condition.notify_all()
+
+
+_runner: _DeferredRunner | None = None
+_runner_lock = threading.Lock()
+
+
+def _deferred() -> _DeferredRunner:
+    global _runner
+    with _runner_lock:
+        if _runner is None or _runner.pid != os.getpid():  # none yet, or forked since
+            _runner = _DeferredRunner()
+        return _runner
+
+
+def wait_for_deferred(timeout: float | None = None) -> bool:
+    """Wait for this process's deferred after-append jobs (no broker); True when none is
+    left. For scripts and tests that read what the jobs write."""
+    runner = _runner
+    if runner is None or runner.pid != os.getpid():
+        return True
+    return runner.drain(timeout)
+
+
+@atexit.register
+def _finish_deferred() -> None:
+    wait_for_deferred(timeout=30)
+
+
+def schedule_import_embedding(session_id, *, using: str | None = None) -> None:
+    """Once the transaction that imported a session commits, index its messages as appends
+    would have been (full text; vectors for all of them with ``EMBED_ON_APPEND``, else for the
+    remembered ones). Never raises (what is not done stays marked for the sweep)."""
+
+    def index() -> None:
+        schedule_after_append(session_id)
+
+    transaction.on_commit(index, using=using or router.db_for_write(Message), robust=True)
 
 
 # ---- the threshold -------------------------------------------------------------------------------

@@ -14,20 +14,19 @@ sizes coexist; the cast gives the index a fixed size.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import logging
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from django.db import DatabaseError, connections, router, transaction
+from django.db import connections, router, transaction
 from django.db.models import Exists, OuterRef
 
 from ..conf import memory_settings
 from ..encryption import decrypt_text
 from ..exceptions import EmbedderError, InvalidSearch
-from ..importance import importance_scorer, should_recall
+from ..importance import should_recall
 from ..models import Embedding, Message
 from ..providers.embeddings import Embedder, get_embedder
 from ..types import StoredMessage
@@ -267,45 +266,3 @@ def promote_before_pruning(session_id, upto: int) -> int:
             "could not embed the messages of session %s before pruning them", session_id
         )
         return 0
-
-
-def promote_important(session_id, messages: list[StoredMessage]) -> list[StoredMessage]:
-    """Mark messages scoring at least ``IMPORTANCE_THRESHOLD`` as remembered, in the caller's
-    transaction; returns the messages with the stored flag."""
-    threshold = memory_settings.IMPORTANCE_THRESHOLD
-    if threshold is None or not messages:
-        return messages
-    scorer = importance_scorer()
-    if scorer is None:
-        return messages
-    promoted = [
-        i for i, m in enumerate(messages) if not m.remember and scorer.score(m) >= threshold
-    ]
-    if not promoted:
-        return messages
-    using = router.db_for_write(Message)
-    try:
-        with transaction.atomic(using=using):
-            Message.objects.filter(
-                session_id=session_id, seq__in=[messages[i].cursor for i in promoted]
-            ).update(remember=True)
-    except DatabaseError:
-        if connections[using].in_atomic_block:
-            raise  # the caller's transaction is broken anyway: let it roll back whole
-        # The append itself has committed: failing now would make the caller retry it.
-        logger.exception(
-            "could not mark important messages of session %s as remembered", session_id
-        )
-        return messages
-    messages = list(messages)
-    for i in promoted:
-        messages[i] = dataclasses.replace(messages[i], remember=True)
-    return messages
-
-
-def wanted_cursors(messages: list[StoredMessage]) -> list[int]:
-    """Cursors of the new messages to embed: all (``EMBED_ON_APPEND``) or the remembered ones,
-    less what the ``SHOULD_RECALL`` hook declines."""
-    hook = should_recall()
-    embed_all = memory_settings.EMBED_ON_APPEND
-    return [m.cursor for m in messages if (embed_all or m.remember) and hook.for_message(m)]

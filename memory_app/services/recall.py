@@ -2,12 +2,13 @@
 
 Searching
     ``search()`` ranks by cosine similarity (``mode="vector"``), PostgreSQL full-text search
-    (``mode="fulltext"``: ``to_tsvector('english', content)`` against ``websearch_to_tsquery``,
-    served by the GIN index of migration 0002), or both fused by reciprocal rank fusion
-    (``mode="hybrid"``). Session scope scans one session exactly. Owner scope searches all of
-    the owner's sessions through the model's HNSW index, ordering by the same expression the
-    index is built on, with pgvector's iterative index scan (``relaxed_order``) so a filter that
-    rejects most candidates still yields ``limit`` rows. Results never cross owners.
+    (``mode="fulltext"``: the message's stored ``to_tsvector('english', content)`` against
+    ``websearch_to_tsquery``, served by the GIN index of migration 0005; messages not indexed yet
+    are matched by the same expression computed at query time), or both fused by reciprocal rank
+    fusion (``mode="hybrid"``). Session scope scans one session exactly. Owner scope searches all of
+    the owner's sessions through the model's HNSW index, ordering by the same expression the index
+    is built on, with pgvector's iterative index scan (``relaxed_order``) so a filter that rejects
+    most candidates still yields ``limit`` rows. Results never cross owners.
 
     On other databases (SQLite) both rankings fall back to exact scans in Python: cosine
     similarity over the stored vectors, and a count of shared query words for full text. Fine
@@ -38,6 +39,7 @@ from ..exceptions import InvalidSearch
 from ..importance import should_recall
 from ..models import Embedding, Message, Session
 from ..providers.embeddings import Embedder, get_embedder
+from ..store import log
 from ..store.log import ROW_FIELDS, from_row
 from ..tokens import count_message, encoding_name_for_model
 from ..types import RecallWindow, SearchResult, StoredMessage, Window
@@ -45,9 +47,9 @@ from ..validation import check_count, check_recall_k, check_search, check_search
 from . import windows
 from .embedding import sql_literal, vector_type
 
-#: Text search configuration of the full-text index (migration 0002) and of every query: they
-#: must be the same expression for PostgreSQL to use the index.
-FULLTEXT_CONFIG = "english"
+#: Text search configuration of the stored vectors (``store.log``) and of every query: they must
+#: be the same for results to match.
+FULLTEXT_CONFIG = log.FULLTEXT_CONFIG
 
 #: ``Embedding.cursor``, quoted (CURSOR is an SQL keyword).
 CURSOR = '"cursor"'
@@ -293,8 +295,9 @@ def _fulltext_ranking(
     config = sql_literal(FULLTEXT_CONFIG)
 
     def matches(alias: str) -> tuple[str, str, list, list]:
-        """The document (the exact expression of a GIN index: migration 0002 for messages,
-        0004 for pruned ones' embeddings), a join and the scope's conditions."""
+        """The document (the exact expression of a GIN index: migration 0004 for pruned
+        messages' embeddings; for pending messages the one their vector will hold), a join and
+        the scope's conditions."""
         where, params, join = [], [], ""
         if scope == "session":
             where.append(f"{alias}.session_id = %s")
@@ -317,16 +320,24 @@ def _fulltext_ranking(
     # "any": OR the words websearch_to_tsquery ANDs (quoted phrases stay phrases); queries with
     # a negation keep websearch's meaning. ts_rank without length normalisation ranks messages
     # matching more (and more often repeated) query words first. Equal ranks: newest first.
-    # The query is used by both branches: NOT MATERIALIZED keeps it inlined in each, so each
-    # can use its GIN index.
+    # The query is used by every branch: NOT MATERIALIZED keeps it inlined in each, so each
+    # can use its index. Messages are found through their stored vector (GIN index); those
+    # whose after-append job has not run yet through the same expression computed now (the
+    # partial index of pending messages), so recall never waits for the job.
     sql = (
         f"WITH parsed AS (SELECT websearch_to_tsquery({config}::regconfig, %s) AS q), "
         f"tsq AS NOT MATERIALIZED (SELECT CASE WHEN %s AND strpos(q::text, '!') = 0 "
         f"THEN replace(q::text, ' & ', ' | ')::tsquery ELSE q END AS q FROM parsed), "
         f"found AS ("
-        f"SELECT m.session_id, m.seq AS turn, m.created_at AS at, ts_rank({m_doc}, tsq.q) AS rank "
+        f"SELECT m.session_id, m.seq AS turn, m.created_at AS at, "
+        f"ts_rank(m.search_vector, tsq.q) AS rank "
         f"FROM {msg} m {m_join} CROSS JOIN tsq "
-        f"WHERE {m_doc} @@ tsq.q AND {' AND '.join(m_where)} "
+        f"WHERE m.search_vector @@ tsq.q AND {' AND '.join(m_where)} "
+        f"UNION ALL "
+        f"SELECT m.session_id, m.seq, m.created_at, ts_rank({m_doc}, tsq.q) "
+        f"FROM {msg} m {m_join} CROSS JOIN tsq "
+        f"WHERE m.index_pending AND m.search_vector IS NULL AND {m_doc} @@ tsq.q "
+        f"AND {' AND '.join(m_where)} "
         f"UNION ALL "
         f"SELECT DISTINCT ON (e.session_id, e.{CURSOR}) e.session_id, e.{CURSOR}, "
         f"e.message_created_at, ts_rank({e_doc}, tsq.q) "
@@ -336,7 +347,7 @@ def _fulltext_ranking(
         f"ORDER BY rank DESC, at DESC NULLS LAST, turn DESC, session_id LIMIT %s"
     )
     with connection.cursor() as cursor:
-        cursor.execute(sql, [query, any_word, *m_params, *e_params, limit])
+        cursor.execute(sql, [query, any_word, *m_params, *m_params, *e_params, limit])
         return [((sid, turn), float(rank)) for sid, turn, rank in cursor.fetchall()]
 
 

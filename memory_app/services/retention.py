@@ -265,24 +265,46 @@ def _summary_counts(results: Counter) -> dict[str, int]:
 
 
 def sweep_embeddings(
-    batch_size: int | None = None, *, max_batches: int | None = None
+    batch_size: int | None = None,
+    *,
+    max_batches: int | None = None,
+    pending_older_than: float = 60.0,
 ) -> dict[str, int]:
-    """Schedule embedding of sessions with messages that have no vector from the configured
-    embedder (only remembered ones when ``EMBED_ON_APPEND`` is off, as the append trigger does).
+    """Catch up with indexing for recall.
 
-    Embedding stores only missing vectors (one per message and model), so a session scheduled
-    by two sweeps at once gets each vector once. Returns ``{"sessions", "queued", "ran",
-    "failed", "batches"}``."""
+    First the sessions with messages still marked ``index_pending`` ``pending_older_than``
+    seconds after their append (the after-append job never ran: a crash between the commit
+    and the scheduling, a lost task): their job is scheduled again. Then sessions with messages
+    that have no vector from the configured embedder (after a change of embedder; only
+    remembered ones when ``EMBED_ON_APPEND`` is off, as the append does).
+
+    Both jobs store only what is missing (one vector per message and model), so a session
+    scheduled by two sweeps at once gets each vector once. Returns ``{"sessions", "queued",
+    "ran", "failed", "batches", "caught_up"}`` (``caught_up``: sessions of the first kind)."""
+    results: Counter = Counter()
+    batch = _batch_size(batch_size)
+    limit = _max_batches(max_batches)
+    cutoff = timezone.now() - dt.timedelta(seconds=pending_older_than)
+    stale = Message.objects.filter(index_pending=True, created_at__lte=cutoff)
+    for ids in _pages(
+        Session.objects.filter(Exists(stale.filter(session=OuterRef("pk")))), batch, limit
+    ):
+        results["batches"] += 1
+        for session_id in ids:
+            results["sessions"] += 1
+            results["caught_up"] += 1
+            _tally(results, background.schedule_after_append(session_id))
     model = get_embedder().name
-    missing = Message.objects.exclude(content="").exclude(
-        Exists(Embedding.objects.filter(message=OuterRef("pk"), model=model))
+    # Pending messages are their job's: only the indexed ones missing a vector are the sweep's.
+    missing = (
+        Message.objects.filter(index_pending=False)
+        .exclude(content="")
+        .exclude(Exists(Embedding.objects.filter(message=OuterRef("pk"), model=model)))
     )
     if not memory_settings.EMBED_ON_APPEND:
         missing = missing.filter(remember=True)
     candidates = Session.objects.filter(Exists(missing.filter(session=OuterRef("pk"))))
-    results: Counter = Counter()
-    batch = _batch_size(batch_size)
-    for ids in _pages(candidates, batch, _max_batches(max_batches)):
+    for ids in _pages(candidates, batch, limit):
         results["batches"] += 1
         for session_id in ids:
             results["sessions"] += 1
@@ -296,4 +318,6 @@ def sweep_embeddings(
                 )
                 scheduled = background.schedule_embedding(session_id, cursors=cursors)
             _tally(results, scheduled)
-    return {key: results[key] for key in ("sessions", "queued", "ran", "failed", "batches")}
+    return {
+        key: results[key] for key in ("sessions", "queued", "ran", "failed", "batches", "caught_up")
+    }

@@ -17,8 +17,10 @@ Django's cursor wrapper, so transactions, error translation, query logging and
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import math
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import fields
 from functools import cache
@@ -31,10 +33,11 @@ from django.utils import timezone
 from ..conf import memory_settings
 from ..encryption import decrypt_row, encrypt_row
 from ..exceptions import IdempotencyConflict, InvalidCursor, SessionNotFound
+from ..importance import mark_important
 from ..models import Embedding, Message, Session, Snapshot
 from ..signals import messages_appended
 from ..tokens import count_message
-from ..types import NewMessage, SnapshotView, StoredMessage
+from ..types import ANY_OWNER, NewMessage, SnapshotView, StoredMessage
 from ..validation import check_count, check_cursor, check_message, check_messages
 from . import policies, sessions, snapshots
 
@@ -82,25 +85,35 @@ def rows(queryset) -> list[StoredMessage]:
     return [from_row(r) for r in queryset.values_list(*ROW_FIELDS)]
 
 
-def add(session_id, message: dict[str, Any]) -> StoredMessage:
+def add(session_id, message: dict[str, Any], *, owner: Any = ANY_OWNER) -> StoredMessage:
     """Check one OpenAI-format message with the rule book and append it."""
-    return append(session_id, [check_message(message)])[0]
+    return append(session_id, [check_message(message)], owner=owner)[0]
 
 
-def add_many(session_id, messages: Iterable[dict[str, Any]]) -> list[StoredMessage]:
+def add_many(
+    session_id, messages: Iterable[dict[str, Any]], *, owner: Any = ANY_OWNER
+) -> list[StoredMessage]:
     """Check a batch with the rule book and append it atomically: all or none."""
-    return append(session_id, check_messages(messages))
+    return append(session_id, check_messages(messages), owner=owner)
 
 
-def append(session_id, messages: list[NewMessage]) -> list[StoredMessage]:
+def append(
+    session_id, messages: list[NewMessage], *, owner: Any = ANY_OWNER
+) -> list[StoredMessage]:
     """Store ``messages`` at the end of the log, all or nothing; returns them with cursors.
 
-    Messages whose idempotency key is already stored are not stored again: the original is
-    returned in their place.
+    ``owner``: the session must be one ``owner`` may see (``sessions.scoped``), else
+    ``SessionNotFound``; the append statement checks it itself, so an append by session id
+    costs no query of its own to open the session. Messages whose idempotency key is already
+    stored are not stored again: the original is returned in their place.
     """
+    session_id = sessions.checked_id(session_id)
+    messages = mark_important(messages)
     tokens = [count_message(m.as_openai()) for m in messages]
     if not any(m.idempotency_key for m in messages):
-        return _insert(session_id, messages, tokens)
+        return _insert(session_id, messages, tokens, owner=owner)
+    if owner is not ANY_OWNER:
+        sessions.get(session_id, owner=owner)  # stored keys are only looked up in one's own
     for _attempt in range(3):
         try:
             with transaction.atomic(using=router.db_for_write(Message)):
@@ -158,21 +171,109 @@ def _same(new: NewMessage, stored: StoredMessage) -> bool:
     return all((getattr(new, f) or None) == (getattr(stored, f) or None) for f in _COMPARED)
 
 
-def _insert(session_id, messages: list[NewMessage], tokens: list[int]) -> list[StoredMessage]:
+def _insert(
+    session_id, messages: list[NewMessage], tokens: list[int], *, owner: Any = ANY_OWNER
+) -> list[StoredMessage]:
     # Every write of messages starts here: encrypted here (a no-op without encryption); tokens
     # were counted on the plaintext.
     messages = [encrypt_row(m) for m in messages]
-    connection = connections[router.db_for_write(Message)]
+    alias = router.db_for_write(Message)
+    connection = connections[alias]
     if connection.vendor == "postgresql":
-        tokens_since, stored = _insert_postgresql(connection, session_id, messages, tokens)
+        if memory_settings.COMBINE_APPENDS and not connection.in_atomic_block:
+            tokens_since, stored = _combined(alias, connection, session_id, messages, tokens, owner)
+        else:
+            tokens_since, stored = _insert_postgresql(
+                connection, session_id, messages, tokens, owner
+            )
     else:
-        tokens_since, stored = _insert_generic(session_id, messages, tokens)
+        tokens_since, stored = _insert_generic(session_id, messages, tokens, owner)
     # Callers get plaintext back, however the rows above were built (a no-op when they are).
     stored = [decrypt_row(m) for m in stored]
     messages_appended.send(
         sender=Session, session_id=session_id, messages=stored, tokens_since_snapshot=tokens_since
     )
     return stored
+
+
+# -- concurrent appends to one session, combined ------------------------------------------
+#
+# The session's row lock serialises appends to one session: each waits for the one before it
+# to commit. Threads of this process that append to the same session at the same time are
+# combined instead: the first writes its messages alone; those that arrive while its
+# statement runs queue up, and when it is done the first of them writes the whole queue in one
+# statement (one lock, one commit, cursors in arrival order) on its own connection and hands
+# every caller its messages. Only appends outside a transaction are combined (each caller's
+# messages commit before its call returns, as they would alone); an error fails every caller
+# of that statement, and none of their messages is stored.
+
+
+class _Append:
+    __slots__ = ("messages", "tokens", "done", "lead", "result", "error")
+
+    def __init__(self, messages, tokens) -> None:
+        self.messages = messages
+        self.tokens = tokens
+        self.done = threading.Event()
+        self.lead: list[_Append] | None = None  # the appends this caller is to write
+        self.result = None
+        self.error: BaseException | None = None
+
+
+_waiting: dict[tuple, list[_Append]] = {}  # per (alias, session): appends queued behind a write
+_waiting_lock = threading.Lock()
+
+
+def _combined(alias, connection, session_id, messages, tokens, owner):
+    # Only appends checked against the same owner scope share a statement.
+    key = (alias, str(session_id), *sessions.owner_check(owner))
+    me = _Append(messages, tokens)
+    with _waiting_lock:
+        queue = _waiting.get(key)
+        if queue is None:
+            _waiting[key] = []  # a write is under way; later arrivals queue behind it
+            me.lead = [me]
+        else:
+            queue.append(me)
+    if me.lead is None:
+        me.done.wait()
+        if me.lead is None:  # written by another caller's statement
+            if me.error is not None:
+                raise me.error
+            return me.result
+    batch = me.lead
+    try:
+        if len(batch) == 1:
+            result = _insert_postgresql(connection, session_id, messages, tokens, owner)
+        else:
+            since, stored = _insert_postgresql(
+                connection,
+                session_id,
+                [m for a in batch for m in a.messages],
+                [t for a in batch for t in a.tokens],
+                owner,
+            )
+            start = 0
+            for a in batch:
+                a.result = (since, stored[start : start + len(a.messages)])
+                start += len(a.messages)
+            result = me.result
+    except BaseException as err:
+        for a in batch:
+            a.error = err
+        raise
+    finally:
+        with _waiting_lock:
+            queue = _waiting.pop(key)
+            if queue:
+                _waiting[key] = []
+                queue[0].lead = queue
+        if queue:
+            queue[0].done.set()
+        for a in batch:
+            if a is not me:
+                a.done.set()
+    return result
 
 
 # -- PostgreSQL: fixed SQL, server-side binding ---------------------------------------------
@@ -199,6 +300,7 @@ class _Statements:
                        updated_at = %(now)s,
                        {policies.SLIDING_EXPIRY_SQL}
                  WHERE id = %(session)s
+                   AND (%(any_owner)s OR owner_id IS NOT DISTINCT FROM %(owner)s)
              RETURNING next_seq - %(n)s AS first_seq, tokens_since_snapshot
             )
             INSERT INTO {message} (session_id, seq, role, content, content_parts, name, tool_calls,
@@ -348,10 +450,11 @@ def _json(value) -> str | None:
 
 
 def _insert_postgresql(
-    connection, session_id, messages: list[NewMessage], tokens
+    connection, session_id, messages: list[NewMessage], tokens, owner=ANY_OWNER
 ) -> list[StoredMessage]:
     n = len(messages)
     total = sum(tokens)
+    any_owner, owner_pk = sessions.owner_check(owner)
     # The namespaces' sliding TTLs travel as one parameter: the statement text stays fixed.
     params = {
         "n": n,
@@ -359,6 +462,8 @@ def _insert_postgresql(
         "now": timezone.now(),
         "session": session_id,
         "ttls": policies.sliding_ttls(),
+        "any_owner": any_owner,
+        "owner": owner_pk,
     }
     if n == 1:
         m = messages[0]
@@ -455,7 +560,7 @@ def message_row(session_id, seq: int, m: NewMessage, tokens: int) -> Message:
     )
 
 
-def _insert_generic(session_id, messages, tokens) -> list[StoredMessage]:
+def _insert_generic(session_id, messages, tokens, owner=ANY_OWNER) -> list[StoredMessage]:
     n = len(messages)
     now = timezone.now()
     changes = {}
@@ -464,13 +569,17 @@ def _insert_generic(session_id, messages, tokens) -> list[StoredMessage]:
         changes["expires_at"] = expiry
     with transaction.atomic(using=router.db_for_write(Message)):
         # The UPDATE takes the session's write lock first, so appenders queue here.
-        updated = Session.objects.filter(pk=session_id).update(
-            next_seq=F("next_seq") + n,
-            message_count=F("message_count") + n,
-            token_count=F("token_count") + sum(tokens),
-            tokens_since_snapshot=F("tokens_since_snapshot") + sum(tokens),
-            updated_at=now,
-            **changes,
+        updated = (
+            sessions.scoped(owner)
+            .filter(pk=session_id)
+            .update(
+                next_seq=F("next_seq") + n,
+                message_count=F("message_count") + n,
+                token_count=F("token_count") + sum(tokens),
+                tokens_since_snapshot=F("tokens_since_snapshot") + sum(tokens),
+                updated_at=now,
+                **changes,
+            )
         )
         if not updated:
             raise SessionNotFound(f"session {session_id} does not exist")
@@ -687,3 +796,53 @@ def pop_last(session_id) -> StoredMessage | None:
             updated_at=timezone.now(),
         )
     return popped
+
+
+# -- indexing after the append --------------------------------------------------------------
+
+#: Text search configuration of the full-text column (and of every query against it).
+FULLTEXT_CONFIG = "english"
+
+
+def pending_index(session_id, limit: int) -> list[tuple[int, bool]]:
+    """``(cursor, remember)`` of the session's messages still marked ``index_pending``, oldest
+    first, at most ``limit`` (a partial index serves it)."""
+    return list(
+        Message.objects.filter(session_id=session_id, index_pending=True)
+        .order_by("seq")
+        .values_list("seq", "remember")[:limit]
+    )
+
+
+def fill_search_vectors(session_id, cursors: Sequence[int]) -> None:
+    """Compute the full-text vector of these messages (PostgreSQL; elsewhere full-text search
+    scans the content itself)."""
+    connection = connections[router.db_for_write(Message)]
+    if connection.vendor != "postgresql" or not cursors:
+        return
+    table = connection.ops.quote_name(Message._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} SET search_vector = to_tsvector(%s::regconfig, content) "
+            f"WHERE session_id = %s AND seq = ANY(%s) AND index_pending "
+            f"AND search_vector IS NULL",
+            [FULLTEXT_CONFIG, session_id, list(cursors)],
+        )
+
+
+def mark_indexed(session_id, cursors: Sequence[int]) -> int:
+    """Clear ``index_pending`` on these messages; how many were still marked."""
+    return Message.objects.filter(
+        session_id=session_id, seq__in=list(cursors), index_pending=True
+    ).update(index_pending=False)
+
+
+def sessions_pending_index(*, older_than: float = 0.0, limit: int | None = 1000) -> list:
+    """Sessions with messages marked ``index_pending`` for at least ``older_than`` seconds:
+    what the sweep picks up when an after-append job never ran (a crash between the commit and
+    the scheduling, a lost task)."""
+    qs = Message.objects.filter(index_pending=True)
+    if older_than:
+        qs = qs.filter(created_at__lte=timezone.now() - dt.timedelta(seconds=older_than))
+    ids = qs.order_by().values_list("session_id", flat=True).distinct()
+    return list(ids if limit is None else ids[:limit])

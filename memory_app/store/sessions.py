@@ -41,6 +41,25 @@ def scoped(owner: Any) -> QuerySet:
     return qs.for_owner(owner_id(owner))
 
 
+def owner_check(owner: Any) -> tuple[bool, Any]:
+    """``scoped(owner)`` as the two parameters of a statement that checks ownership itself
+    (the append): ``(any owner, owner's primary key or None)``, for
+    ``(%(any)s OR owner_id IS NOT DISTINCT FROM %(owner)s)``."""
+    if owner is ANY_OWNER:
+        return True, None
+    return False, owner_id(owner)
+
+
+def checked_id(session_id: Any) -> uuid.UUID:
+    """A session id as a UUID; ``SessionNotFound`` for anything that cannot be one."""
+    if isinstance(session_id, uuid.UUID):
+        return session_id
+    try:
+        return uuid.UUID(str(session_id))
+    except (ValueError, TypeError, AttributeError):
+        raise SessionNotFound(f"no session {session_id}") from None
+
+
 def _write_db() -> str:
     return router.db_for_write(Session)
 

@@ -12,12 +12,13 @@ from io import StringIO
 import pytest
 import redis
 from django.core.management import call_command
+from django.db import connection
 
 from memory_app import Memory
-from memory_app.models import Session, Snapshot
+from memory_app.models import Message, Session, Snapshot
 from memory_app.services.background import lock_key as _lock_key
 from memory_app.tasks import summarize_session
-from tests.celery_worker import REDIS_URL, VISIBILITY_TIMEOUT, wait_until
+from tests.celery_worker import REDIS_URL, VISIBILITY_TIMEOUT, CeleryWorker, wait_until
 
 from .conftest import turns
 
@@ -138,19 +139,45 @@ def test_a_killed_pool_process_gets_its_task_requeued(celery_worker, openai_serv
     assert [s.upto for s in mem.snapshots()] == [6]
 
 
-def test_the_threshold_trigger_enqueues_at_most_once_per_session(
-    celery_worker, openai_server, settings
-):
-    # No embedding tasks (they share the queue): the count below is of summarize tasks.
-    settings.MEMORY_APP = {
-        **celery_worker.memory_app,
+@pytest.fixture
+def threshold_worker(_celery_worker, transactional_db, settings, openai_server, tmp_path):
+    """A worker of its own whose MEMORY_APP has a low summarize threshold: the after-append job
+    checks the threshold on the worker, with the worker's settings (as it does in production,
+    where web and workers share them)."""
+    memory_app = {
+        **{k: v for k, v in _celery_worker.memory_app.items() if k != "TASK_QUEUES"},
         "SUMMARIZE_THRESHOLD_TOKENS": 40,
         "EMBED_ON_APPEND": False,
         "IMPORTANCE_THRESHOLD": None,
     }
+    worker = CeleryWorker(
+        database=connection.settings_dict,
+        memory_app=memory_app,
+        log_dir=tmp_path,
+        run=uuid.uuid4().hex[:12],
+    )
+    settings.MEMORY_APP = dict(worker.memory_app)
+    worker.start()
+    try:
+        with worker.sending():
+            yield worker
+    finally:
+        worker.stop()
+        worker.purge()
+
+
+def test_the_threshold_trigger_enqueues_at_most_once_per_session(threshold_worker, openai_server):
+    worker = threshold_worker
     lock = redis.Redis.from_url(REDIS_URL)
     mem = Memory.session(f"trigger-{uuid.uuid4().hex[:8]}", owner=None)
-    received_before = celery_worker.count(" received")
+
+    def summaries(state: str) -> list[str]:
+        return [
+            line.split("[", 2)[2].split("]", 1)[0]
+            for line in worker.all_logs().splitlines()
+            if f"Task {TASK}[" in line and f" {state}" in line
+        ]
+
     openai_server.delay = 1.5  # the run lasts while we keep appending
     for message in turns(4):  # 4 x 12 tokens: over 40 at the 4th append
         mem.add(message)
@@ -158,17 +185,23 @@ def test_the_threshold_trigger_enqueues_at_most_once_per_session(
     first_task = lock.get(_lock_key(mem.id)).decode()
     for message in turns(6, start=5):  # over the threshold every time, while the run goes on
         mem.add(message)
-    celery_worker.wait_for_log(f"[{first_task}] succeeded")
-    assert mem.snapshots()[0].upto == 2
-    # Seven appends over the threshold, one task.
-    assert celery_worker.count(" received") - received_before == 1
-    wait_until(lambda: lock.get(_lock_key(mem.id)) is None, message="the lock to be released")
-    # Once it is over, the next append over the threshold enqueues again.
+    worker.wait_for_log(f"[{first_task}] succeeded")
     openai_server.delay = 0
-    mem.add(turns(1, start=11)[0])
-    wait_until(lambda: snapshot_count(mem) == 2, message="the second run")
-    assert mem.latest_snapshot().upto == 9
-    assert celery_worker.count(" received") - received_before == 2
+    assert mem.snapshots()[-1].upto == 2  # the first run covered what was there when it began
+    # Six appends over the threshold while it ran (their after-append jobs each checked it):
+    # none queued a summary while the lock was held; once it was released, the session was
+    # still over the threshold, so the next job queued the next run, once, and it covered the
+    # rest but the two most recent. Seven appends over the threshold, two runs in all.
+    wait_until(lambda: mem.latest_snapshot().upto == 8, message="the second run")
+    wait_until(lambda: lock.get(_lock_key(mem.id)) is None, message="the lock to be released")
+    assert len(summaries("received")) == len(set(summaries("received"))) == 2
+    assert snapshot_count(mem) == 2
+    # Every append was followed by its after-append job; bursts shared one task.
+    wait_until(
+        lambda: not Message.objects.filter(session_id=mem.id, index_pending=True).exists(),
+        message="every message indexed",
+    )
+    assert 1 <= worker.count("Task memory_app.index_session[") // 2 <= 10  # received, succeeded
 
 
 def test_redis_down_appends_still_work_and_the_sweep_catches_up(celery_worker, settings, caplog):
@@ -180,8 +213,9 @@ def test_redis_down_appends_still_work_and_the_sweep_catches_up(celery_worker, s
     ):
         stored = mem.add_many(turns(8))
     assert [m.cursor for m in stored] == list(range(1, 9))
-    assert "the over-threshold sweep will enqueue it later" in caplog.text
+    assert "could not schedule the after-append job of session" in caplog.text
     assert snapshot_count(mem) == 0
+    assert Message.objects.filter(session_id=mem.id, index_pending=True).count() == 8
     # Redis is back: the sweep enqueues what the appends could not.
     out = StringIO()
     call_command(

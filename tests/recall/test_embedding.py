@@ -51,7 +51,7 @@ def test_one_scheduling_per_append_with_every_cursor(mem, django_capture_on_comm
         mem.add_many(
             [{"role": "user", "content": f"fact number {i} about gardens"} for i in range(5)]
         )
-    ours = [c for c in callbacks if "embed_after_append" in getattr(c, "__qualname__", "")]
+    ours = [c for c in callbacks if "schedule_after_append" in getattr(c, "__qualname__", "")]
     assert len(ours) == 1
     assert embedded_cursors(mem) == []  # nothing before the append commits
     ours[0]()  # no broker: the one scheduled run embeds the whole batch inline
@@ -69,8 +69,9 @@ def test_an_unreachable_broker_never_fails_an_append(
     ):
         with django_capture_on_commit_callbacks(execute=True) as callbacks:
             stored = mem.add({"role": "user", "content": "stored although the queue is down"})
-    assert any("embed_after_append" in getattr(c, "__qualname__", "") for c in callbacks)  # due...
-    assert "could not embed messages of session" in caplog.text  # ...and failed, fast:
+    # due, and failed, fast:
+    assert any("schedule_after_append" in getattr(c, "__qualname__", "") for c in callbacks)
+    assert "could not schedule the after-append job of session" in caplog.text
     assert "Connection refused" in caplog.text
     assert stored.cursor == 1 and mem.count() == 1  # the append did not
     assert embedded_cursors(mem) == []  # memory_embed catches up later

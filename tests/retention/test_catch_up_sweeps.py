@@ -63,9 +63,18 @@ def test_no_threshold_no_sweep(settings):
 
 def test_the_embedding_sweep_embeds_what_is_missing_once(settings):
     sessions = [make_session(messages=3) for _ in range(5)]
-    assert count_missing() == 15  # never committed: never embedded
-    done = tasks.sweep_embeddings.delay(batch_size=2).get()
-    assert done == {"sessions": 5, "queued": 0, "ran": 5, "failed": 0, "batches": 3}
+    assert count_missing() == 15  # never committed: never indexed
+    assert retention.sweep_embeddings()["sessions"] == 0  # not stale yet: their job may come
+    done = tasks.sweep_embeddings.delay(batch_size=2, pending_older_than=0).get()
+    assert done == {
+        "sessions": 5,
+        "queued": 0,
+        "ran": 5,
+        "failed": 0,
+        "batches": 3,
+        "caught_up": 5,
+    }
+    assert not Message.objects.filter(index_pending=True).exists()
     assert count_missing() == 0
     assert Embedding.objects.count() == 15
     assert retention.sweep_embeddings()["sessions"] == 0
@@ -82,7 +91,12 @@ def test_without_embed_on_append_the_sweep_embeds_only_remembered_ones(settings)
         ]
     )
     make_session(messages=2)
-    done = retention.sweep_embeddings()
-    assert (done["sessions"], done["ran"]) == (1, 1)
+    done = retention.sweep_embeddings(pending_older_than=0)
+    assert (done["sessions"], done["ran"], done["caught_up"]) == (2, 2, 2)
     remembered = Message.objects.get(session_id=mem.id, remember=True)
+    assert list(Embedding.objects.values_list("message_id", flat=True)) == [remembered.pk]
+    # A vector goes missing later (a new embedder): the second phase embeds remembered ones only.
+    Embedding.objects.all().delete()
+    done = retention.sweep_embeddings()
+    assert (done["sessions"], done["ran"], done["caught_up"]) == (1, 1, 0)
     assert list(Embedding.objects.values_list("message_id", flat=True)) == [remembered.pk]

@@ -17,7 +17,7 @@ from tests.compaction.conftest import turns
 pytestmark = [pytest.mark.celery, pytest.mark.postgres]
 
 SUMMARIZE = "memory_app.summarize_session"
-EMBED = ("memory_app.embed_messages", "memory_app.embed_session")
+EMBED = ("memory_app.index_session", "memory_app.embed_session")
 
 
 @pytest.fixture
@@ -73,7 +73,7 @@ def test_two_workers_on_their_own_queues_drain_a_mixed_backlog_once(two_workers,
     with embedder.sending():  # this process publishes to the run's queues by its TASK_QUEUES
         sessions = [Memory.session(f"queues-{i}", owner=None) for i in range(6)]
         for mem in sessions:
-            mem.add_many(turns(6))  # committed: one embed_messages task each, after commit
+            mem.add_many(turns(6))  # committed: one index_session task each, after commit
         summaries = [mem.summarize_async() for mem in sessions]
         for mem in sessions:  # and a catch-up embed of each whole session: duplicates on purpose
             assert background.schedule_embedding(mem.id).state == "queued"
@@ -104,7 +104,7 @@ def test_two_workers_on_their_own_queues_drain_a_mixed_backlog_once(two_workers,
         {line.split("[", 1)[1].split("]", 1)[0] for line in lines(embedder, t, "received")}
         for t in EMBED
     ]
-    # Six distinct tasks of each kind at least (one CI run saw a seventh embed_messages).
+    # Six distinct tasks of each kind at least.
     assert all(len(ids) >= 6 for ids in received), received
     for task_id in summaries:
         assert (

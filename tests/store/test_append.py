@@ -161,3 +161,23 @@ def test_a_message_read_back_can_be_stored_or_pinned_again(mem):
     assert copy.extra == {"refusal": "I can't help with that."} and copy.as_openai() == again
     mem.save_snapshot("refused", upto=1, prev=None, pinned=[again])
     assert mem.latest_snapshot().pinned == [again]
+
+
+@pytest.mark.django_db
+def test_appending_by_id_checks_the_owner_in_the_append_itself(user, other_user):
+    mine = Memory.session("by-id", owner=user)
+    ownerless = Memory.session("by-id", owner=None)
+    stored = Memory.add(mine.id, {"role": "user", "content": "hello"}, owner=user)
+    assert stored.cursor == 1
+    batch = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
+    assert [m.cursor for m in Memory.add_many(str(mine.id), batch, owner=user)] == [2, 3]
+    # Another owner, the ownerless scope, a malformed id: not found, and nothing stored.
+    for owner, session_id in ((other_user, mine.id), (None, mine.id), (user, "not-a-uuid")):
+        with pytest.raises(SessionNotFound):
+            Memory.add(session_id, {"role": "user", "content": "intruder"}, owner=owner)
+    with pytest.raises(SessionNotFound):  # keyed appends are checked too
+        Memory.add(mine.id, {"role": "user", "content": "x", "idempotency_key": "k"}, owner=None)
+    assert mine.count() == 3 and mine.refresh().session.next_seq == 4
+    assert Memory.add(ownerless.id, {"role": "user", "content": "mine"}, owner=None).cursor == 1
+    with pytest.raises(SessionNotFound):
+        Memory.add(ownerless.id, {"role": "user", "content": "no"}, owner=user)

@@ -5,6 +5,8 @@
     python manage.py memory_embed --reembed --session <id>
     python manage.py memory_embed --limit 10000   # stop after 10000 messages
 
+First the messages still marked for indexing after their append (their after-append job never
+ran: a crash, a lost task) get it now, full text included; then every message missing a vector.
 Each batch is committed on its own and only missing vectors are computed, so an interrupted run
 is resumed by running the command again. Creates the model's HNSW index first if needed.
 """
@@ -26,6 +28,8 @@ from memory_app.management.base import (
 from memory_app.models import Message
 from memory_app.providers.embeddings import get_embedder
 from memory_app.services.embedding import count_missing, embed_messages, ensure_hnsw_index
+from memory_app.services.indexing import index_new_messages
+from memory_app.store.log import sessions_pending_index
 
 
 class Command(MemoryCommand):
@@ -78,6 +82,26 @@ class Command(MemoryCommand):
             index = ensure_hnsw_index(embedder.name, dims)
         except EmbedderError as err:
             raise CommandError(str(err)) from err
+        pending = sessions_pending_index(limit=None)
+        if sessions:
+            pending = [s for s in pending if s in set(sessions)]
+        if pending:
+            if verbosity:
+                self.stdout.write(f"{len(pending)} sessions with messages awaiting indexing")
+            bar = progress(
+                total=len(pending),
+                unit="session",
+                disable=no_progress or not verbosity,
+                file=getattr(self.stderr, "_out", self.stderr),
+            )
+            try:
+                for pending_session in pending:
+                    index_new_messages(pending_session)
+                    bar.update(1)
+            except EmbedderError as err:
+                raise CommandError(f"{err} (run again to resume)") from err
+            finally:
+                bar.close()
         if reembed:
             qs = Message.objects.all()
             if sessions:

@@ -1,0 +1,51 @@
+"""What follows an append: indexing new messages for recall, off the request path.
+
+An append writes its rows and nothing else: each row carries ``index_pending`` (the column's
+default). ``index_new_messages()`` is the one job that catches up with a session: it fills the
+full-text vectors of its pending messages, embeds the ones recall wants (all of them with
+``EMBED_ON_APPEND``, the remembered ones otherwise, less what ``SHOULD_RECALL`` declines), in
+batches of ``EMBED_BATCH_SIZE`` (one embedder call per batch, not per message), clears the mark,
+and last checks the summarize threshold. ``services.background`` runs it (a Celery task, or in
+this process with no broker) at most once per session at a time; ``sweep_pending()`` finds the
+sessions whose job never ran.
+
+Every step is idempotent: a vector is computed once (``search_vector IS NULL``), an embedding is
+stored once (unique per session, cursor and model), the mark is cleared once. So a job that runs
+twice, or two at once, stores nothing twice, and a job that dies half-way leaves its messages
+marked for the next one. Full-text search reads pending messages through the same expression,
+so nothing is missing from recall while the job is queued.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ..conf import memory_settings
+from ..store import log
+from . import embedding
+
+logger = logging.getLogger(__name__)
+
+
+def index_new_messages(session_id) -> int:
+    """Index the session's pending messages for recall; returns how many were indexed.
+
+    Raises what the embedder raises (``EmbedderError``): the messages stay marked, so a retry
+    or the sweep picks them up.
+    """
+    batch_size = int(memory_settings.EMBED_BATCH_SIZE)
+    embed_all = memory_settings.EMBED_ON_APPEND
+    done = 0
+    while True:
+        rows = log.pending_index(session_id, batch_size)
+        if not rows:
+            return done
+        cursors = [cursor for cursor, _remember in rows]
+        log.fill_search_vectors(session_id, cursors)
+        wanted = [cursor for cursor, remember in rows if embed_all or remember]
+        if wanted:
+            embedding.embed_messages(session_ids=[session_id], cursors=wanted)
+        log.mark_indexed(session_id, cursors)
+        done += len(rows)
+        if len(rows) < batch_size:
+            return done

@@ -1,0 +1,143 @@
+"""What follows an append: the after-append job indexes new messages for recall (full text,
+vectors) off the request path, once per session at a time, and nothing is lost when the job
+never runs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from io import StringIO
+
+import pytest
+import redis
+from django.core.management import call_command
+
+from memory_app import Memory
+from memory_app.models import Embedding, Message
+from memory_app.providers.embeddings import LexicalEmbedder
+from memory_app.services import background, retention
+
+from .conftest import ROOT, celery_publishing_to, database_url_for_subprocess
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+BROKER = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+def pending(mem) -> list[int]:
+    return list(
+        Message.objects.filter(session_id=mem.id, index_pending=True)
+        .order_by("seq")
+        .values_list("seq", flat=True)
+    )
+
+
+def indexed(mem) -> list[int]:
+    """Cursors whose full-text vector and embedding are both stored."""
+    vectors = set(Embedding.objects.filter(session_id=mem.id).values_list("cursor", flat=True))
+    return [
+        seq
+        for seq in Message.objects.filter(session_id=mem.id, search_vector__isnull=False)
+        .order_by("seq")
+        .values_list("seq", flat=True)
+        if seq in vectors
+    ]
+
+
+class ThreadRecordingEmbedder(LexicalEmbedder):
+    """The lexical embedder, noting which thread embeds and how many texts per call."""
+
+    calls: list[tuple[str, int]] = []
+
+    def embed(self, texts):
+        ThreadRecordingEmbedder.calls.append((threading.current_thread().name, len(texts)))
+        return super().embed(texts)
+
+
+def test_without_a_broker_the_job_runs_after_the_append_in_a_background_thread(settings):
+    settings.MEMORY_APP = {
+        "INLINE_BACKGROUND": "deferred",
+        "EMBEDDER": f"{__name__}.ThreadRecordingEmbedder",
+        "IMPORTANCE_THRESHOLD": None,
+    }
+    ThreadRecordingEmbedder.calls.clear()
+    mem = Memory.session("deferred", owner=None)
+    stored = mem.add_many([{"role": "user", "content": f"fact {i} about tulips"} for i in range(5)])
+    assert [m.cursor for m in stored] == [1, 2, 3, 4, 5]
+    assert background.wait_for_deferred(timeout=30)
+    assert indexed(mem) == [1, 2, 3, 4, 5] and pending(mem) == []
+    # Embedded off the caller's thread, the whole batch in one call.
+    assert ThreadRecordingEmbedder.calls == [("memory_app-after-append", 5)]
+    assert [r.cursor for r in mem.search("tulips", mode="fulltext", limit=5)] != []
+
+
+def test_with_a_broker_a_burst_of_appends_queues_one_task_per_session(settings):
+    settings.MEMORY_APP = {"IMPORTANCE_THRESHOLD": None}
+    queue = f"memory-test-after-append-{os.getpid()}"
+    client = redis.Redis.from_url(BROKER)
+    mem = Memory.session("debounced", owner=None)
+    other = Memory.session("debounced-other", owner=None)
+    try:
+        with celery_publishing_to(BROKER, task_default_queue=queue, task_routes=None):
+            for i in range(10):
+                mem.add({"role": "user", "content": f"message {i} about roses"})
+            other.add({"role": "user", "content": "a message about lilies"})
+            assert client.llen(queue) == 2  # one task per session for the burst
+            # The task clears the key before it reads: an append from then on queues again.
+            background.start_after_append(mem.id)
+            mem.add({"role": "user", "content": "one more about roses"})
+            assert client.llen(queue) == 3
+    finally:
+        client.delete(queue, background.after_append_key(mem.id))
+        client.delete(background.after_append_key(other.id))
+    # No worker ran: everything is still marked for the job, and nothing is missing from
+    # full-text recall meanwhile (pending messages are matched by the same expression).
+    assert pending(mem) == list(range(1, 12))
+    assert len(mem.search("roses", mode="fulltext", limit=20)) == 11
+    # The job, as the worker runs it: everything indexed, in one pass.
+    assert background.run_after_append(mem.id) == 11
+    assert pending(mem) == [] and indexed(mem) == list(range(1, 12))
+
+
+def test_a_crash_between_the_commit_and_the_scheduling_loses_nothing():
+    mem = Memory.session("crashed", owner=None)
+    texts = ["the boiler was serviced in March", "the plumber's name is Ada", "ok"]
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url_for_subprocess(),
+        "CELERY_BROKER_URL": BROKER,
+        "PYTHONPATH": str(ROOT),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.crash_appender", str(mem.id), *texts],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 9, done.stderr  # died after the commit, before scheduling
+    assert [m.content for m in mem.messages()] == texts  # committed
+    assert pending(mem) == [1, 2, 3] and indexed(mem) == []
+    # Recall does not wait for the job: full text finds the committed messages already.
+    assert [r.cursor for r in mem.search("plumber", mode="fulltext")] == [2]
+    # Not stale yet: a live job may still come, so the periodic sweep leaves them a minute.
+    assert retention.sweep_embeddings()["caught_up"] == 0
+    swept = retention.sweep_embeddings(pending_older_than=0)
+    assert swept["caught_up"] == 1
+    assert pending(mem) == []
+    assert indexed(mem) == [1, 2]  # "ok" is not worth a vector (SHOULD_RECALL)
+    assert [r.cursor for r in mem.search("who fixed the boiler plumber", mode="vector")][:2] != []
+
+
+def test_memory_embed_picks_up_what_no_job_indexed():
+    mem = Memory.session("never-run", owner=None)
+    with celery_publishing_to("redis://127.0.0.1:9/0", broker_connection_retry=False):
+        mem.add_many([{"role": "user", "content": f"note {i} on the garden"} for i in range(4)])
+    assert pending(mem) == [1, 2, 3, 4]  # the broker was down: nothing scheduled
+    out = StringIO()
+    call_command("memory_embed", "--no-progress", stdout=out, stderr=StringIO())
+    assert "1 sessions with messages awaiting indexing" in out.getvalue()
+    assert pending(mem) == [] and indexed(mem) == [1, 2, 3, 4]

@@ -1,0 +1,118 @@
+"""Threads of one process appending to one session at once: their appends are combined into
+fewer statements (COMBINE_APPENDS), with the same guarantees as appends made one by one."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import connection, transaction
+
+from memory_app import Memory
+from memory_app.exceptions import SessionNotFound
+from memory_app.models import Message, Session
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+THREADS = 16
+
+
+def run_threads(target, count: int = THREADS) -> list[BaseException]:
+    barrier = threading.Barrier(count)
+    errors: list[BaseException] = []
+
+    def work(i: int) -> None:
+        try:
+            barrier.wait()
+            target(i)
+        except BaseException as err:  # checked by the caller, after every thread has finished
+            errors.append(err)
+        finally:
+            connection.close()  # each thread has a connection of its own
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    return errors
+
+
+def test_threads_on_one_session_share_statements_and_keep_every_guarantee():
+    mem = Memory.session("combined", namespace="reliability")
+    told: dict[int, list] = {}
+
+    def appender(i: int) -> None:
+        session = Memory.get(mem.id)
+        told[i] = []
+        for j in range(15):
+            if j % 3 == 2:
+                batch = [{"role": "user", "content": f"t{i} m{j} part{k}"} for k in range(3)]
+                told[i].append((batch, session.add_many(batch)))
+            else:
+                message = {"role": "user", "content": f"t{i} m{j}"}
+                told[i].append(([message], [session.add(message)]))
+
+    assert run_threads(appender) == []
+    stored = list(
+        Message.objects.filter(session_id=mem.id)
+        .order_by("seq")
+        .values_list("seq", "content", "created_at")
+    )
+    total = THREADS * (10 + 5 * 3)
+    assert [seq for seq, _, _ in stored] == list(range(1, total + 1))  # gapless, nothing lost
+    by_cursor = {seq: content for seq, content, _ in stored}
+    for calls in told.values():
+        for sent, returned in calls:
+            cursors = [m.cursor for m in returned]
+            # Each caller was told where its own messages are; a batch stays contiguous.
+            assert [by_cursor[c] for c in cursors] == [m["content"] for m in sent]
+            assert cursors == list(range(cursors[0], cursors[0] + len(sent)))
+        firsts = [returned[0].cursor for _, returned in calls]
+        assert firsts == sorted(firsts)  # one thread's appends keep their order
+    session = Session.objects.get(pk=mem.id)
+    assert (session.next_seq, session.message_count) == (total + 1, total)
+    # Rows written by one statement share its transaction's timestamp: fewer statements than
+    # the 240 calls means appends were combined.
+    statements = len({created for _, _, created in stored})
+    assert statements < THREADS * 15
+
+
+def test_a_failed_combined_statement_fails_every_caller_in_it_and_stores_nothing():
+    mem = Memory.session("combined-gone", namespace="reliability")
+    sessions = [Memory.get(mem.id) for _ in range(THREADS)]
+    Session.objects.filter(pk=mem.id).delete()  # every append now finds no session
+    failures: list[BaseException] = []
+
+    def appender(i: int) -> None:
+        try:
+            sessions[i].add({"role": "user", "content": f"t{i}"})
+        except SessionNotFound as err:
+            failures.append(err)
+
+    assert run_threads(appender) == []
+    assert len(failures) == THREADS
+    assert not Message.objects.filter(session_id=mem.id).exists()
+
+
+def test_appends_inside_a_transaction_are_never_combined(settings):
+    # A caller's transaction may roll back: its messages must go with it, so they are written
+    # on its own connection, inside it, as they would be without combining.
+    mem = Memory.session("combined-atomic", namespace="reliability")
+
+    class Abort(Exception):
+        pass
+
+    def appender(i: int) -> None:
+        session = Memory.get(mem.id)
+        try:
+            with transaction.atomic():
+                session.add({"role": "user", "content": f"t{i}"})
+                if i % 2:
+                    raise Abort
+        except Abort:
+            pass
+
+    assert run_threads(appender, 8) == []
+    contents = sorted(Message.objects.filter(session_id=mem.id).values_list("content", flat=True))
+    assert contents == sorted(f"t{i}" for i in range(0, 8, 2))
