@@ -67,10 +67,21 @@ def count_text(text: str, encoding: str | None = None) -> int:
     return total
 
 
+@lru_cache(maxsize=64)
+def _role_tokens(role: str, encoding: str) -> int:
+    # A handful of roles, counted on every message: once each.
+    return count_text(role, encoding)
+
+
 def count_message(message: dict[str, Any], encoding: str | None = None) -> int:
     """Tokens one OpenAI-format message costs in a chat request."""
     enc = encoding or memory_settings.TOKEN_ENCODING
-    total = TOKENS_PER_MESSAGE + count_text(message.get("role", ""), enc)
+    role = message.get("role", "")
+    total = TOKENS_PER_MESSAGE + (
+        _role_tokens(role, enc)
+        if isinstance(role, str) and len(role) < 32
+        else count_text(role, enc)
+    )
     content = message.get("content")
     if isinstance(content, str):
         total += count_text(content, enc)

@@ -58,10 +58,12 @@ logging.getLogger().addHandler(Collect(level=logging.ERROR))
 
 mem = Memory.session("wheel-check", namespace="packaging")
 stored = mem.add({"role": "user", "content": "stored by the wheel"})
+# Without a broker the new message is indexed after the commit, in a background thread.
+from memory_app.services.background import wait_for_deferred
+assert wait_for_deferred(timeout=60)
 print(json.dumps({"file": memory_app.__file__, "cursor": stored.cursor,
                   "read": [m.content for m in mem.messages()],
                   "window": [m["content"] for m in mem.window(max_tokens=100).messages],
-                  # Without a broker the new message is embedded inline after the commit.
                   "embedded": Embedding.objects.filter(session_id=mem.id).count(),
                   "errors": errors}))
 """

@@ -9,6 +9,8 @@ from __future__ import annotations
 import copy
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from memory_app import Memory
 from memory_app.exceptions import (
@@ -20,6 +22,7 @@ from memory_app.exceptions import (
 )
 from memory_app.memory import MAX_CURSOR
 from memory_app.models import Session
+from memory_app.validation import ENCRYPTED_PREFIX, check_message
 
 pytestmark = pytest.mark.django_db
 
@@ -235,3 +238,25 @@ def test_optional_fields_are_null_or_their_type(mem, optional, wrong):
     assert caught.value.field == optional
     stored = mem.add({"role": "user", "content": "hi", optional: None})  # null means absent
     assert stored.as_openai() == {"role": "user", "content": "hi"}
+
+
+@given(
+    role=st.sampled_from(["system", "user", "assistant", "tool", "bogus"]),
+    text=st.one_of(
+        st.text(max_size=50),
+        st.sampled_from(["", "a\x00b", "\ud800 lone", "x" * 70_000]),
+        st.text(max_size=20).map(lambda t: ENCRYPTED_PREFIX + t),
+    ),
+)
+def test_the_plain_message_short_cut_agrees_with_the_rule_book(role, text):
+    # {"role", "content"} takes a short cut; with one more (empty) field the full rule book
+    # runs. Both must accept the same messages, as the same stored value, and refuse the rest.
+    def outcome(message):
+        try:
+            return check_message(message)
+        except InvalidMessage as err:
+            return type(err)
+
+    assert outcome({"role": role, "content": text}) == outcome(
+        {"role": role, "content": text, "name": ""}
+    )
