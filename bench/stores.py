@@ -282,6 +282,13 @@ class OursStore(Store):
                 conf.task_always_eager, conf.broker_url = saved
                 background.wait_for_deferred()
 
+    def setup(self, settings_dict):
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.executor = ThreadPoolExecutor(1, thread_name_prefix=self.name)
+        self.thread = self.executor.submit(threading.current_thread).result()
+        self.connect()
+
     def configure_connection(self):
         """Give this thread's Django connection the variant's own options."""
         from django.db import connection

@@ -70,12 +70,13 @@ DEFAULTS: dict[str, Any] = {
     "AFTER_APPEND_DEBOUNCE_MS": 5000,
     # Prefix of those keys in Redis (followed by the session id).
     "AFTER_APPEND_KEY_PREFIX": "memory_app:after_append:",
-    # With no broker the job runs in this process: "deferred" (default) in a background thread,
-    # after the caller's commit, so the append returns at the store's own cost (the thread
-    # finishes its queue when the process exits; what it never ran, the sweep picks up), or
-    # "immediate": in the caller's thread right after the commit (scripts and tests that want
-    # the vectors before add() returns).
-    "INLINE_BACKGROUND": "deferred",
+    # Where that scheduling happens: "deferred" (default) in a background thread of this
+    # process, after the caller's commit, so an append returns at the store's own cost (the
+    # thread queues the task, or with no broker runs the job; it finishes its queue when the
+    # process exits, and what a killed process never got to, the sweep picks up), or
+    # "immediate": in the caller's thread right after the commit (with no broker: scripts and
+    # tests that want the vectors before add() returns).
+    "AFTER_APPEND": "deferred",
     # Default mode of search(): "hybrid" (vector + full-text), "vector" or "fulltext".
     "SEARCH_MODE": "hybrid",
     # Reciprocal rank fusion constant: a result's hybrid score is sum(1 / (k + rank)).

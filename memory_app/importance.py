@@ -61,13 +61,16 @@ class KeywordImportanceScorer:
         self, patterns: list[tuple[str, float]] | None = None, roles: tuple[str, ...] = ("user",)
     ) -> None:
         self.roles = tuple(roles)
-        self._patterns = [
-            (re.compile(p, re.IGNORECASE), float(w)) for p, w in (patterns or self.PATTERNS)
-        ]
+        pairs = list(patterns or self.PATTERNS)
+        self._patterns = [(re.compile(p, re.IGNORECASE), float(w)) for p, w in pairs]
+        # Most messages match nothing: one pass over the text says so.
+        self._any = re.compile("|".join(f"(?:{p})" for p, _ in pairs), re.IGNORECASE)
 
     def explain(self, message: StoredMessage) -> list[tuple[str, float]]:
         """The patterns that matched and their weights."""
         if message.role not in self.roles or not message.content:
+            return []
+        if not self._any.search(message.content):
             return []
         return [(p.pattern, w) for p, w in self._patterns if p.search(message.content)]
 

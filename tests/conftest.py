@@ -20,10 +20,10 @@ from memory_app import conf
 # tests read its results when add() returns; tests/store/test_after_append.py covers the
 # deferred default.
 conf.DEFAULTS["EMBEDDER"] = conf.LEXICAL_EMBEDDER
-conf.DEFAULTS["INLINE_BACKGROUND"] = "immediate"
+conf.DEFAULTS["AFTER_APPEND"] = "immediate"
 os.environ.setdefault(
     "MEMORY_APP_JSON",
-    json.dumps({"EMBEDDER": conf.LEXICAL_EMBEDDER, "INLINE_BACKGROUND": "immediate"}),
+    json.dumps({"EMBEDDER": conf.LEXICAL_EMBEDDER, "AFTER_APPEND": "immediate"}),
 )
 
 

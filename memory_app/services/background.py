@@ -266,24 +266,34 @@ def after_append_key(session_id) -> str:
 
 
 def schedule_after_append(session_id) -> Scheduled:
-    """Run the after-append job for this session soon; called once an append has committed.
+    """Have the after-append job run soon for this session; called once an append committed.
+
+    By default (``AFTER_APPEND = "deferred"``) the session is handed to a background thread of
+    this process, so the append returns at the store's own cost: a burst of appends to one
+    session is handed over once, and the thread queues the task (broker) or runs the job (no
+    broker). ``"immediate"`` does that in the caller's thread. Never raises: whatever is not
+    scheduled stays marked in the database for the sweep (a process killed before its thread
+    got to it is the same case as one killed right after the commit).
+    """
+    if memory_settings.AFTER_APPEND == "immediate":
+        return after_append_now(session_id)
+    _deferred().submit(session_id)
+    return Scheduled("queued")
+
+
+def after_append_now(session_id) -> Scheduled:
+    """Queue the session's after-append task, or with no broker run the job now.
 
     With a broker, at most one task per session is queued at a time: a Redis ``SET NX`` key
     (expiring after ``AFTER_APPEND_DEBOUNCE_MS``) says one is; the task deletes it before it
-    reads what is pending, so an append committed after that read queues the next task. An
-    append costs one Redis round trip, and a burst of appends one task. Without a broker the
-    job runs in this process (``INLINE_BACKGROUND``). Never raises: whatever is not scheduled
-    stays marked in the database for the sweep.
+    reads what is pending, so an append committed after that read queues the next task.
     """
     if inline():
-        if memory_settings.INLINE_BACKGROUND == "immediate":
-            try:
-                return Scheduled("ran", result=run_after_append(session_id))
-            except Exception as err:
-                logger.exception("after-append job of session %s failed", session_id)
-                return Scheduled("failed", error=str(err))
-        _deferred().submit(session_id)
-        return Scheduled("queued")
+        try:
+            return Scheduled("ran", result=run_after_append(session_id))
+        except Exception as err:
+            logger.exception("after-append job of session %s failed", session_id)
+            return Scheduled("failed", error=str(err))
     key = after_append_key(session_id)
     client = None
     try:
@@ -322,11 +332,12 @@ def start_after_append(session_id) -> None:
 
 
 class _DeferredRunner:
-    """Runs after-append jobs in one background thread of this process (no broker).
+    """Schedules (broker) or runs (no broker) after-append jobs in one background thread of
+    this process.
 
-    Sessions wait in an ordered set, so a burst of appends to one session runs its job once.
+    Sessions wait in an ordered set, so a burst of appends to one session is handled once.
     The thread has its own database connection, closed whenever the queue runs dry. At exit
-    the queue is finished (``drain``); what a killed process never ran stays marked in the
+    the queue is finished (``drain``); what a killed process never got to stays marked in the
     database for the sweep.
     """
 
@@ -361,10 +372,11 @@ class _DeferredRunner:
                 del self.queue[session_id]
                 self.running += 1
             try:
-                run_after_append(session_id)
+                if after_append_now(session_id).state == "failed":
+                    connection.close()  # a broken connection is not reused
             except Exception:
                 logger.exception("after-append job of session %s failed", session_id)
-                connection.close()  # a broken connection is not reused
+                connection.close()
             finally:
                 with self.condition:
                     self.running -= 1
@@ -384,8 +396,9 @@ def _deferred() -> _DeferredRunner:
 
 
 def wait_for_deferred(timeout: float | None = None) -> bool:
-    """Wait for this process's deferred after-append jobs (no broker); True when none is
-    left. For scripts and tests that read what the jobs write."""
+    """Wait until this process's background thread has handled every session handed to it
+    (queued their tasks, or with no broker run their jobs); True when none is left. For
+    scripts and tests that read what the jobs write."""
     runner = _runner
     if runner is None or runner.pid != os.getpid():
         return True

@@ -58,7 +58,7 @@ class ThreadRecordingEmbedder(LexicalEmbedder):
 
 def test_without_a_broker_the_job_runs_after_the_append_in_a_background_thread(settings):
     settings.MEMORY_APP = {
-        "INLINE_BACKGROUND": "deferred",
+        "AFTER_APPEND": "deferred",
         "EMBEDDER": f"{__name__}.ThreadRecordingEmbedder",
         "IMPORTANCE_THRESHOLD": None,
     }
@@ -99,6 +99,23 @@ def test_with_a_broker_a_burst_of_appends_queues_one_task_per_session(settings):
     # The job, as the worker runs it: everything indexed, in one pass.
     assert background.run_after_append(mem.id) == 11
     assert pending(mem) == [] and indexed(mem) == list(range(1, 12))
+
+
+def test_by_default_the_append_leaves_the_scheduling_to_a_background_thread(settings):
+    settings.MEMORY_APP = {"AFTER_APPEND": "deferred", "IMPORTANCE_THRESHOLD": None}
+    queue = f"memory-test-after-append-deferred-{os.getpid()}"
+    client = redis.Redis.from_url(BROKER)
+    mem = Memory.session("deferred-broker", owner=None)
+    try:
+        with celery_publishing_to(BROKER, task_default_queue=queue, task_routes=None):
+            for i in range(20):
+                mem.add({"role": "user", "content": f"message {i} about peonies"})
+            assert background.wait_for_deferred(timeout=30)
+            assert client.llen(queue) == 1  # twenty appends, one task
+            assert client.exists(background.after_append_key(mem.id))
+    finally:
+        client.delete(queue, background.after_append_key(mem.id))
+    assert pending(mem) == list(range(1, 21))  # for the worker that would run it
 
 
 def test_a_crash_between_the_commit_and_the_scheduling_loses_nothing():
