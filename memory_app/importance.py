@@ -56,22 +56,32 @@ class KeywordImportanceScorer:
         (r"\bfrom now on\b|\bgoing forward\b|\bin (?:the )?future\b", 0.5),
         (r"\bimportant\b|\bkeep in mind\b|\bnote that\b", 0.4),
     )
+    #: Substrings one of which each of the PATTERNS needs: a message with none of them (most)
+    #: skips the regular expressions (about 40 µs a message). Custom patterns have no hints.
+    HINTS: tuple[str, ...] = (
+        "remember", "forget", "name", "call me", "allerg", "birthday", "email", "address",
+        "phone", "wife", "husband", "partner", "son", "daughter", "always", "never", "prefer",
+        "like", "love", "hate", "stand", "now on", "forward", "future", "important", "mind",
+        "note that",
+    )  # fmt: skip
 
     def __init__(
         self, patterns: list[tuple[str, float]] | None = None, roles: tuple[str, ...] = ("user",)
     ) -> None:
         self.roles = tuple(roles)
-        pairs = list(patterns or self.PATTERNS)
-        self._patterns = [(re.compile(p, re.IGNORECASE), float(w)) for p, w in pairs]
-        # Most messages match nothing: one pass over the text says so.
-        self._any = re.compile("|".join(f"(?:{p})" for p, _ in pairs), re.IGNORECASE)
+        self._patterns = [
+            (re.compile(p, re.IGNORECASE), float(w)) for p, w in (patterns or self.PATTERNS)
+        ]
+        self._hints = None if patterns else self.HINTS
 
     def explain(self, message: StoredMessage) -> list[tuple[str, float]]:
         """The patterns that matched and their weights."""
         if message.role not in self.roles or not message.content:
             return []
-        if not self._any.search(message.content):
-            return []
+        if self._hints is not None:
+            text = message.content.lower()
+            if not any(hint in text for hint in self._hints):
+                return []
         return [(p.pattern, w) for p, w in self._patterns if p.search(message.content)]
 
     def score(self, message: StoredMessage) -> float:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 from django.db import transaction
+from hypothesis import given
+from hypothesis import strategies as st
 
 from memory_app import Memory
 from memory_app.importance import KeywordImportanceScorer
@@ -164,3 +166,22 @@ def test_should_recall_skips_what_cannot_help(mem, django_capture_on_commit_call
             ]
         )
     assert embedded_cursors(mem) == [3]
+
+
+PHRASES = [
+    "remember", "Don't forget", "my name is", "call me", "I'm allergic", "allergies",
+    "my birthday", "my email", "My Husband", "I always", "never", "prefers", "I like",
+    "I can't stand", "from now on", "going forward", "in the future", "important",
+    "keep in mind", "note that", "recall", "person", "weather", "Tuesday", "ok",
+]  # fmt: skip
+
+
+@given(st.lists(st.sampled_from(PHRASES) | st.text(max_size=8), max_size=6))
+def test_the_scorers_hints_never_skip_a_matching_message(words):
+    # The default scorer skips its expressions for texts holding none of its hints; the same
+    # patterns without hints must score every text alike.
+    text = " ".join(words)
+    message = StoredMessage(cursor=1, role="user", content=text)
+    hinted = KeywordImportanceScorer()
+    unhinted = KeywordImportanceScorer(patterns=list(KeywordImportanceScorer.PATTERNS))
+    assert hinted.explain(message) == unhinted.explain(message)
