@@ -292,7 +292,16 @@ def after_append_now(session_id) -> Scheduled:
         try:
             return Scheduled("ran", result=run_after_append(session_id))
         except Exception as err:
-            logger.exception("after-append job of session %s failed", session_id)
+            if _exiting:
+                # Late in interpreter shutdown some libraries refuse work (a model that was
+                # never loaded cannot load now): the messages stay marked for the sweep.
+                logger.warning(
+                    "after-append job of session %s left for the sweep at exit: %s",
+                    session_id,
+                    err,
+                )
+            else:
+                logger.exception("after-append job of session %s failed", session_id)
             return Scheduled("failed", error=str(err))
     key = after_append_key(session_id)
     client = None
@@ -405,8 +414,13 @@ def wait_for_deferred(timeout: float | None = None) -> bool:
     return runner.drain(timeout)
 
 
+_exiting = False
+
+
 @atexit.register
 def _finish_deferred() -> None:
+    global _exiting
+    _exiting = True
     wait_for_deferred(timeout=30)
 
 
