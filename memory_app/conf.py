@@ -69,9 +69,9 @@ DEFAULTS: dict[str, Any] = {
     # chosen by leave-one-conversation-out folds on LoCoMo (bench/locomo_recall.py --folds).
     # The old behaviour: {"FUSION": "rrf", "NEIGHBOUR_BOOST": 0, "HYBRID_CANDIDATES": 50}.
     "FUSION": "combsum",
-    # combsum's per-query normalisation: "z" (z-scores over the candidates) or "minmax" (to
-    # [0, 1]).
-    "FUSION_NORMALISATION": "z",
+    # combsum's per-query normalisation: "minmax" (to [0, 1]) or "z" (z-scores over the
+    # candidates).
+    "FUSION_NORMALISATION": "minmax",
     # combsum's weight of the vector ranking, from 0 to 1; full text gets the rest.
     "FUSION_VECTOR_WEIGHT": 0.5,
     # Reciprocal rank fusion constant (FUSION "rrf").

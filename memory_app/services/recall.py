@@ -4,7 +4,7 @@ Searching
     ``search()`` ranks by cosine similarity (``mode="vector"``), PostgreSQL full-text search
     (``mode="fulltext"``: ``to_tsvector('english', content)`` against ``websearch_to_tsquery``,
     served by the GIN index of migration 0002), or both fused (``mode="hybrid"``): by default
-    CombSUM, the weighted sum of each ranking's z-score normalised scores, then a boost from
+    CombSUM, the weighted sum of each ranking's min-max normalised scores, then a boost from
     neighbouring turns (``FUSION``, ``NEIGHBOUR_BOOST``; ``FUSION="rrf"`` is reciprocal rank
     fusion, the fusion before). Session scope scans one session exactly. Owner scope searches all of
     the owner's sessions through the model's HNSW index, ordering by the same expression the
@@ -148,7 +148,7 @@ class FusionConfig:
     """How hybrid search fuses (the ``FUSION*``, ``RRF_K`` and ``NEIGHBOUR_BOOST`` settings)."""
 
     method: str = "combsum"
-    normalisation: str = "z"
+    normalisation: str = "minmax"
     vector_weight: float = 0.5
     rrf_k: float = 60
     neighbour_boost: float = 0.5
