@@ -213,8 +213,11 @@ class SentenceTransformerEmbedder(Embedder):
       weights (kept under ``onnx_cache``, by default ``default_onnx_cache()``); ``"auto"`` (the
       default) takes ONNX when onnxruntime is installed, the device is the CPU and the model is
       a plain transformer with mean pooling (like MiniLM), and torch otherwise.
-    - ``threads``: intra-op threads of the ONNX session (default: the CPUs this process may
-      use). With torch it calls ``torch.set_num_threads`` (process-wide) only when given.
+    - ``threads``: intra-op threads of the ONNX session (default: half the CPUs this process may
+      use, at least one). An embedding worker shares the machine with PostgreSQL and other
+      workers; on 2 cores under load, one thread embedded more turns per second than two
+      (bench/embed_bench.py; larger machines were not measured). With torch it calls
+      ``torch.set_num_threads`` (process-wide) only when given.
     - ``sort_by_length``: batch texts of similar length together, so short turns are not
       padded to the length of a long one (their order in the result is kept).
     - ``quantize``: on ONNX Runtime, run a copy of the graph with 8-bit weights (dynamic
@@ -298,7 +301,7 @@ class SentenceTransformerEmbedder(Embedder):
     def runner(self):
         """What embeds a batch: an ``_OnnxModel`` or ``None`` for torch (decided once)."""
         path = self.model_path or _packaged_model_path()
-        threads = self.threads or _usable_cpus()
+        threads = self.threads or max(1, _usable_cpus() // 2)
         cache = str(self.onnx_cache or default_onnx_cache())
         key = (path, "onnx", threads, cache, self.quantize)
         if self.backend == "torch" or (self.backend == "auto" and self.device != "cpu"):
