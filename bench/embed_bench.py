@@ -11,7 +11,8 @@ so load from elsewhere on the machine falls on all of them alike; the table give
 and the best round. The ONNX graph is exported before timing starts (once per machine: it is
 cached, see ``default_onnx_cache()``).
 
-Needs the ``local-embeddings`` extra, and ``onnx`` for the ONNX rows (skipped without it).
+Needs the ``local-embeddings`` extra, and ``onnx`` for the ONNX rows (skipped without it). The
+8-bit graph is quantized from the exported one before timing starts, once per machine.
 """
 
 from __future__ import annotations
@@ -39,9 +40,27 @@ CONFIGS = {
         "torch, batches of 32 in arrival order (the embedder before this change)",
     ),
     "torch-sorted": ({"backend": "torch"}, "torch, batches of 32 sorted by length"),
-    "onnx": ({"backend": "onnx"}, "ONNX Runtime, batches of 32 sorted by length (the default)"),
-    "onnx-1thread": ({"backend": "onnx", "threads": 1}, "ONNX Runtime, one thread"),
-    "onnx-b64": ({"backend": "onnx", "batch_size": 64}, "ONNX Runtime, batches of 64"),
+    "onnx": (
+        {"backend": "onnx", "quantize": False, "threads": 2},
+        "ONNX Runtime, float graph, 2 threads, batches of 32 sorted by length",
+    ),
+    "onnx-1thread": (
+        {"backend": "onnx", "quantize": False, "threads": 1},
+        "ONNX Runtime, float graph, one thread",
+    ),
+    "onnx-b64": (
+        {"backend": "onnx", "quantize": False, "threads": 2, "batch_size": 64},
+        "ONNX Runtime, float graph, 2 threads, batches of 64",
+    ),
+    "onnx-int8-2threads": (
+        {"backend": "onnx", "quantize": True, "threads": 2},
+        "ONNX Runtime, 8-bit weights (dynamic quantization), 2 threads, batches of 32 sorted",
+    ),
+    "onnx-int8": (
+        {},
+        "the default: ONNX Runtime, 8-bit weights, half the CPUs' threads (1 on 2 cores), "
+        "batches of 32 sorted",
+    ),
 }
 
 
@@ -89,10 +108,18 @@ def main() -> int:
             continue
         embedders[name] = embedder
     rates: dict[str, list[float]] = {name: [] for name in embedders}
+    loads: dict[str, list[float]] = {name: [] for name in embedders}
     for round_ in range(args.rounds):
         for name, embedder in embedders.items():
+            before = os.getloadavg()[0]
             rates[name].append(run(embedder, texts))
-            print(f"round {round_ + 1}: {name:14s} {rates[name][-1]:6.1f} turns/s", file=sys.stderr)
+            # The 1-minute load average around the round (this process adds up to its threads).
+            loads[name] += [before, os.getloadavg()[0]]
+            print(
+                f"round {round_ + 1}: {name:18s} {rates[name][-1]:6.1f} turns/s "
+                f"(load average {before:.2f}-{os.getloadavg()[0]:.2f})",
+                file=sys.stderr,
+            )
 
     mean_chars = statistics.fmean(len(t) for t in texts)
     load = os.getloadavg()[0]
@@ -101,18 +128,23 @@ def main() -> int:
         "",
         f"{len(texts)} LoCoMo turns (mean {mean_chars:.0f} characters), {args.rounds} rounds, "
         f"{os.cpu_count()} CPU cores (load average {load:.1f} at the end), in chunks of {CHUNK} "
-        "as the embedding task hands them over.",
+        "as the embedding task hands them over. The load column is the 1-minute load average "
+        "before and after each of its rounds (lowest-highest); the bench itself adds up to its "
+        "thread count.",
         "",
-        "| configuration | what | turns/s (median) | best round |",
-        "|---|---|---:|---:|",
+        "| configuration | what | turns/s (median) | best round | load average |",
+        "|---|---|---:|---:|---:|",
     ]
     for name, values in rates.items():
         lines.append(
-            f"| {name} | {CONFIGS[name][1]} | {statistics.median(values):.1f} | {max(values):.1f} |"
+            f"| {name} | {CONFIGS[name][1]} | {statistics.median(values):.1f} | {max(values):.1f} "
+            f"| {min(loads[name]):.1f}-{max(loads[name]):.1f} |"
         )
     lines += [
         "",
-        f"Reproduce: `python bench/embed_bench.py --turns {args.turns} --rounds {args.rounds}`.",
+        f"Reproduce: `python bench/embed_bench.py --turns {args.turns} --rounds {args.rounds}"
+        + (f" --configs {','.join(rates)}" if list(rates) != list(CONFIGS) else "")
+        + "`.",
         "",
     ]
     report = "\n".join(lines)

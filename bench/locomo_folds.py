@@ -72,6 +72,12 @@ def neighbour_map(turns: list[dict]) -> dict[int, tuple[int, ...]]:
     }
 
 
+def app_neighbour_map(turns: list[dict]) -> dict[int, tuple[int, ...]]:
+    """The app's neighbours: the turns just before and after in the stored session (one session
+    per conversation, so across LoCoMo's dated sessions too)."""
+    return {i: tuple(j for j in (i - 1, i + 1) if 0 <= j < len(turns)) for i in range(len(turns))}
+
+
 def cached_vectors(embedder, texts: list[str]) -> np.ndarray:
     digest = hashlib.sha256("\x1e".join([embedder.name, *texts]).encode()).hexdigest()[:20]
     slug = "".join(c if c.isalnum() else "-" for c in embedder.name)
@@ -178,12 +184,28 @@ def describe(config: dict) -> str:
 
 def run(conversations: list[tuple[str, list[dict], list[dict]]], out: Path | None = None) -> str:
     """``conversations``: ``(sample id, turns, questions)`` as ``load_conversation`` gives them."""
+
+    convs = prepare(conversations)
+    return score_and_report(convs, out)
+
+
+def prepare(
+    conversations: list[tuple[str, list[dict], list[dict]]],
+    *,
+    variants: tuple[str, ...] = TEXT_VARIANTS,
+    fulltext_variants: tuple[str, ...] = FULLTEXT_VARIANTS,
+    lexical: bool = True,
+) -> list[dict]:
+    """Every question's rankings, per mode and indexed variant, from PostgreSQL and the cached
+    vectors."""
     from django.db import connection
 
     from memory_app.providers.embeddings import LexicalEmbedder, SentenceTransformerEmbedder
 
     started = time.perf_counter()
-    minilm, lexical = SentenceTransformerEmbedder(), LexicalEmbedder()
+    embedders = {"vec": SentenceTransformerEmbedder()}
+    if lexical:
+        embedders["lex"] = LexicalEmbedder()
     convs = []
     for sample, turns, questions in conversations:
         index = {t["metadata"]["dia_id"]: i for i, t in enumerate(turns)}
@@ -201,7 +223,8 @@ def run(conversations: list[tuple[str, list[dict], list[dict]]], out: Path | Non
                 "turns": turns,
                 "questions": qs,
                 "neighbours": neighbour_map(turns),
-                "texts": {v: indexed_texts(turns, v) for v in TEXT_VARIANTS},
+                "app_neighbours": app_neighbour_map(turns),
+                "texts": {v: indexed_texts(turns, v) for v in variants},
             }
         )
 
@@ -211,7 +234,7 @@ def run(conversations: list[tuple[str, list[dict], list[dict]]], out: Path | Non
             "CREATE TEMP TABLE locomo_docs (conv int, variant text, idx int, doc tsvector)"
         )
         for c, conv in enumerate(convs):
-            for v in FULLTEXT_VARIANTS:
+            for v in fulltext_variants:
                 cursor.executemany(
                     "INSERT INTO locomo_docs VALUES (%s, %s, %s, to_tsvector('english'::regconfig, %s))",
                     [(c, v, i, text) for i, text in enumerate(conv["texts"][v])],
@@ -221,19 +244,23 @@ def run(conversations: list[tuple[str, list[dict], list[dict]]], out: Path | Non
             texts = [q["text"] for q in conv["questions"]]
             conv["ft"] = {
                 (v, m): fulltext_rankings(cursor, c, v, texts, m)
-                for v in FULLTEXT_VARIANTS
+                for v in fulltext_variants
                 for m in ("any", "all")
             }
         cursor.execute("DROP TABLE locomo_docs")
     for conv in convs:
         texts = [q["text"] for q in conv["questions"]]
-        for name, embedder in (("vec", minilm), ("lex", lexical)):
+        for name, embedder in embedders.items():
             queries = cached_vectors(embedder, texts)
             conv[name] = {
                 v: vector_rankings(cached_vectors(embedder, conv["texts"][v]), queries)
-                for v in TEXT_VARIANTS
+                for v in variants
             }
     print(f"rankings ready in {time.perf_counter() - started:.1f}s", file=sys.stderr)
+    return convs
+
+
+def score_and_report(convs: list[dict], out: Path | None) -> str:
 
     # Per configuration, per question: (recall@5, recall@10, hit@10).
     grids: dict[str, list[dict]] = {
@@ -391,3 +418,120 @@ def render(convs, folds, reference, fixed, grids) -> str:
             )
     lines += ["", "Reproduce: `python bench/locomo_recall.py --folds`.", ""]
     return "\n".join(lines)
+
+
+# ---- the app's own settings ------------------------------------------------------------------------
+#
+# What search() can be configured to do without a schema change: vectors and full text of the
+# turn alone (indexing the neighbours' text would need a new indexed column), the fusions of
+# MEMORY_APP["FUSION"], and the neighbour boost over the stored session's turns. Used by
+# ``locomo_recall.py --folds --app``, which chooses these settings per fold here and measures
+# the choice through the app's search().
+
+APP_BOOSTS = (0.0, 0.15, 0.3, 0.5, 0.75, 1.0)
+
+
+def app_grid() -> list[dict]:
+    fusions = [("rrf", {"k": k}) for k in (10, 60)]  # the app's RRF is unweighted
+    fusions += [("minmax", {"wv": wv}) for wv in (0.3, 0.4, 0.5, 0.6, 0.7)]
+    fusions += [("z", {"wv": wv}) for wv in (0.3, 0.5, 0.7)]
+    return [
+        {"depth": depth, "fusion": kind, **params, "boost": boost}
+        for depth, (kind, params), boost in itertools.product((50, 100), fusions, APP_BOOSTS)
+    ]
+
+
+def app_settings(config: dict) -> dict:
+    """The ``MEMORY_APP`` settings that make search() fuse as ``config`` does."""
+    settings = {"HYBRID_CANDIDATES": config["depth"], "NEIGHBOUR_BOOST": config["boost"]}
+    if config["fusion"] == "rrf":
+        return {**settings, "FUSION": "rrf", "RRF_K": config["k"]}
+    return {
+        **settings,
+        "FUSION": "combsum",
+        "FUSION_NORMALISATION": config["fusion"],
+        "FUSION_VECTOR_WEIGHT": config["wv"],
+    }
+
+
+def app_config(settings) -> dict:
+    """The grid configuration of a ``memory_settings``-like object (the app's defaults)."""
+    config = {"depth": int(settings.HYBRID_CANDIDATES)}
+    if settings.FUSION == "rrf":
+        config.update(fusion="rrf", k=settings.RRF_K)
+    else:
+        config.update(fusion=settings.FUSION_NORMALISATION, wv=settings.FUSION_VECTOR_WEIGHT)
+    return {**config, "boost": settings.NEIGHBOUR_BOOST}
+
+
+def app_fuse(config: dict, vec: list, ft: list, neighbours: dict) -> list:
+    d = config["depth"]
+    rankings = {"vector": vec[:d], "fulltext": ft[:d]}
+    if config["fusion"] == "rrf":
+        fused = fusion.weighted_rrf(rankings, k=config["k"])
+    else:
+        wv = config["wv"]
+        fused = fusion.combsum(
+            rankings, weights={"vector": wv, "fulltext": 1 - wv}, method=config["fusion"]
+        )
+    return fusion.neighbour_boost(fused, neighbours, weight=config["boost"])
+
+
+def choose_app_settings(conversations: list[tuple[str, list[dict], list[dict]]]) -> dict:
+    """Per held-out conversation, the app settings with the best recall@10 on the other four
+    (their questions pooled), from the offline rankings; and every configuration's offline
+    figures per conversation, to compare with what the app measures."""
+    convs = prepare(conversations, variants=("turn",), fulltext_variants=("turn",), lexical=False)
+    grids = {
+        "vector": [{}],
+        "fulltext": [{"match": "any"}, {"match": "all"}],
+        "hybrid": app_grid(),
+    }
+    scores: dict[str, list[list[np.ndarray]]] = {}
+    for mode, grid in grids.items():
+        scores[mode] = []
+        for config in grid:
+            per_conv = []
+            for conv in convs:
+                rows = []
+                for qi, q in enumerate(conv["questions"]):
+                    if mode == "vector":
+                        ranked = conv["vec"]["turn"][qi]
+                    elif mode == "fulltext":
+                        ranked = conv["ft"][("turn", config["match"])][qi]
+                    else:
+                        ranked = app_fuse(
+                            config,
+                            conv["vec"]["turn"][qi],
+                            conv["ft"][("turn", "any")][qi],
+                            conv["app_neighbours"],
+                        )
+                    rows.append(metrics([i for i, _ in ranked[:10]], q["evidence"]))
+                per_conv.append(np.asarray(rows))
+            scores[mode].append(per_conv)
+    folds: dict[str, list[dict]] = {}
+    for mode, grid in grids.items():
+        folds[mode] = []
+        for held in range(len(convs)):
+            train = [c for c in range(len(convs)) if c != held]
+
+            def train_r10(ci, mode=mode, train=train):
+                return np.concatenate([scores[mode][ci][c] for c in train])[:, 1].mean()
+
+            best = max(range(len(grid)), key=lambda ci: (train_r10(ci), -ci))
+            test = scores[mode][best][held].mean(axis=0)
+            folds[mode].append(
+                {"config": grid[best], "train_r10": train_r10(best), "offline": test}
+            )
+
+    def offline(config: dict) -> list[np.ndarray]:
+        """Per conversation ``(recall@5, recall@10, hit@10)`` of a hybrid configuration."""
+        index = next(i for i, g in enumerate(grids["hybrid"]) if g == config)
+        return [scores["hybrid"][index][c].mean(axis=0) for c in range(len(convs))]
+
+    return {
+        "samples": [c["sample"] for c in convs],
+        "folds": folds,
+        "sizes": {mode: len(grid) for mode, grid in grids.items()},
+        "offline": offline,
+    }

@@ -74,8 +74,23 @@ def check_settings(app_configs=None, **kwargs):
         )
     errors += _check_encryption_keys()
     errors += _check_retention()
+    errors += _check_fusion()
     errors += check_extras()
     return errors
+
+
+def _check_fusion() -> list:
+    """``memory_app.E030``: a hybrid search setting (``FUSION``, ``FUSION_NORMALISATION``,
+    ``FUSION_VECTOR_WEIGHT``, ``RRF_K``, ``NEIGHBOUR_BOOST``) has a value search would refuse."""
+    from django.core.exceptions import ImproperlyConfigured
+
+    from .services.recall import fusion_config
+
+    try:
+        fusion_config()
+    except ImproperlyConfigured as err:
+        return [Error(str(err), hint="See docs/recall.md.", id="memory_app.E030")]
+    return []
 
 
 def _check_retention() -> list:

@@ -79,10 +79,26 @@ DEFAULTS: dict[str, Any] = {
     "AFTER_APPEND": "deferred",
     # Default mode of search(): "hybrid" (vector + full-text), "vector" or "fulltext".
     "SEARCH_MODE": "hybrid",
-    # Reciprocal rank fusion constant: a result's hybrid score is sum(1 / (k + rank)).
+    # How hybrid search fuses its two rankings (memory_app/services/fusion.py). "combsum": the
+    # weighted sum of each ranking's scores normalised per query (FUSION_NORMALISATION), so a
+    # full-text match on a rare word keeps its lead; "rrf": reciprocal rank fusion,
+    # sum(1 / (RRF_K + rank)), the fusion before combsum became the default. The defaults were
+    # chosen by leave-one-conversation-out folds on LoCoMo (bench/locomo_recall.py --folds).
+    # The old behaviour: {"FUSION": "rrf", "NEIGHBOUR_BOOST": 0, "HYBRID_CANDIDATES": 50}.
+    "FUSION": "combsum",
+    # combsum's per-query normalisation: "minmax" (to [0, 1]) or "z" (z-scores over the
+    # candidates).
+    "FUSION_NORMALISATION": "minmax",
+    # combsum's weight of the vector ranking, from 0 to 1; full text gets the rest.
+    "FUSION_VECTOR_WEIGHT": 0.5,
+    # Reciprocal rank fusion constant (FUSION "rrf").
     "RRF_K": 60,
+    # After fusing, a hybrid result gains this much times the best fused score (min-max
+    # normalised) of its neighbouring turns (cursor - 1 and + 1 in its session): the reply
+    # "yes, last Tuesday!" rises when the question it answers matched. 0: no boost.
+    "NEIGHBOUR_BOOST": 0.5,
     # Candidates each ranking contributes to a hybrid search (at least `limit`).
-    "HYBRID_CANDIDATES": 50,
+    "HYBRID_CANDIDATES": 100,
     # Full-text matching: "any" query word (ranked by ts_rank) or "all" of them
     # (websearch_to_tsquery as is). Natural-language questions need "any".
     "FULLTEXT_MATCH": "any",

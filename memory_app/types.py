@@ -175,8 +175,9 @@ class SearchResult:
     """One message found by ``search()``.
 
     ``score`` is higher for better matches: cosine similarity for ``vector``, ``ts_rank``
-    (or shared words, off PostgreSQL) for ``fulltext``, the fused reciprocal-rank score for
-    ``hybrid``. ``ranks`` gives the message's 1-based rank in each ranking that found it.
+    (or shared words, off PostgreSQL) for ``fulltext``, the fused score for ``hybrid`` (see
+    ``MEMORY_APP["FUSION"]``; comparable within one search only). ``ranks`` gives the message's
+    1-based rank in each ranking that found it.
     """
 
     message: StoredMessage

@@ -4,11 +4,14 @@ Searching
     ``search()`` ranks by cosine similarity (``mode="vector"``), PostgreSQL full-text search
     (``mode="fulltext"``: the message's stored ``to_tsvector('english', content)`` against
     ``websearch_to_tsquery``, served by the GIN index of migration 0005; messages not indexed yet
-    are matched by the same expression computed at query time), or both fused by reciprocal rank
-    fusion (``mode="hybrid"``). Session scope scans one session exactly. Owner scope searches all of
-    the owner's sessions through the model's HNSW index, ordering by the same expression the index
-    is built on, with pgvector's iterative index scan (``relaxed_order``) so a filter that rejects
-    most candidates still yields ``limit`` rows. Results never cross owners.
+    are matched by the same expression computed at query time), or both fused
+    (``mode="hybrid"``): by default CombSUM, the weighted sum of each ranking's min-max
+    normalised scores, then a boost from neighbouring turns (``FUSION``, ``NEIGHBOUR_BOOST``;
+    ``FUSION="rrf"`` is reciprocal rank fusion, the fusion before). Session scope scans one
+    session exactly. Owner scope searches all of the owner's sessions through the model's HNSW
+    index, ordering by the same expression the index is built on, with pgvector's iterative
+    index scan (``relaxed_order``) so a filter that rejects most candidates still yields
+    ``limit`` rows. Results never cross owners.
 
     On other databases (SQLite) both rankings fall back to exact scans in Python: cosine
     similarity over the stored vectors, and a count of shared query words for full text. Fine
@@ -30,6 +33,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.db import connections, router, transaction
 from django.db.models import Q
 
@@ -44,7 +48,7 @@ from ..store.log import ROW_FIELDS, from_row
 from ..tokens import count_message, encoding_name_for_model
 from ..types import RecallWindow, SearchResult, StoredMessage, Window
 from ..validation import check_count, check_recall_k, check_search, check_search_filters
-from . import windows
+from . import fusion, windows
 from .embedding import sql_literal, vector_type
 
 #: Text search configuration of the stored vectors (``store.log``) and of every query: they must
@@ -75,6 +79,7 @@ def search(
     # Owner scope reads older messages of many sessions: a replica may serve it (MemoryRouter).
     using = router.db_for_read(Message, stale_ok=scope == "owner")
     rankings: dict[str, list[tuple[Turn, float]]] = {}
+    config = fusion_config() if mode == "hybrid" else None  # a bad setting fails before any work
     depth = limit if mode != "hybrid" else max(limit, int(memory_settings.HYBRID_CANDIDATES))
     if mode in ("vector", "hybrid"):
         embedder = embedder or get_embedder()
@@ -86,10 +91,7 @@ def search(
         rankings["fulltext"] = _fulltext_ranking(session, query, depth, scope, roles, using)
 
     if mode == "hybrid":
-        picked = reciprocal_rank_fusion(
-            {name: [turn for turn, _score in hits] for name, hits in rankings.items()},
-            k=memory_settings.RRF_K,
-        )[:limit]
+        picked = fuse(rankings, config)[:limit]
     else:
         picked = [
             (turn, score, {mode: i + 1}) for i, (turn, score) in enumerate(rankings[mode][:limit])
@@ -142,6 +144,80 @@ def _turns(turns: Sequence[Turn], using: str) -> dict[Turn, StoredMessage]:
                 ),
             )
     return found
+
+
+@dataclasses.dataclass(frozen=True)
+class FusionConfig:
+    """How hybrid search fuses (the ``FUSION*``, ``RRF_K`` and ``NEIGHBOUR_BOOST`` settings)."""
+
+    method: str = "combsum"
+    normalisation: str = "minmax"
+    vector_weight: float = 0.5
+    rrf_k: float = 60
+    neighbour_boost: float = 0.5
+
+
+FUSIONS = ("combsum", "rrf")
+
+
+def fusion_config() -> FusionConfig:
+    """The fusion settings, checked: a bad value raises ``ImproperlyConfigured``."""
+
+    def number(name: str, low: float, high: float | None = None) -> float:
+        value = getattr(memory_settings, name)
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+            or value < low
+            or (high is not None and value > high)
+        ):
+            bound = f"from {low} to {high}" if high is not None else f"at least {low}"
+            raise ImproperlyConfigured(f"MEMORY_APP[{name!r}] must be a number {bound}")
+        return float(value)
+
+    method = memory_settings.FUSION
+    if method not in FUSIONS:
+        raise ImproperlyConfigured(f"MEMORY_APP['FUSION'] must be one of {', '.join(FUSIONS)}")
+    normalisation = memory_settings.FUSION_NORMALISATION
+    if normalisation not in fusion.NORMALISATIONS:
+        raise ImproperlyConfigured(
+            f"MEMORY_APP['FUSION_NORMALISATION'] must be one of {', '.join(fusion.NORMALISATIONS)}"
+        )
+    return FusionConfig(
+        method=method,
+        normalisation=normalisation,
+        vector_weight=number("FUSION_VECTOR_WEIGHT", 0.0, 1.0),
+        rrf_k=number("RRF_K", 0.0),
+        neighbour_boost=number("NEIGHBOUR_BOOST", 0.0),
+    )
+
+
+def fuse(
+    rankings: dict[str, list[tuple[Turn, float]]], config: FusionConfig
+) -> list[tuple[Turn, float, dict[str, int]]]:
+    """``(turn, score, {ranking: rank})`` best first: ``rankings`` fused as ``config`` says."""
+    ranks: dict[Turn, dict[str, int]] = {}
+    for name, hits in rankings.items():
+        for rank, (turn, _score) in enumerate(hits, start=1):
+            ranks.setdefault(turn, {})[name] = rank
+    if config.method == "rrf":
+        fused = [
+            (turn, score)
+            for turn, score, _ranks in reciprocal_rank_fusion(
+                {name: [turn for turn, _score in hits] for name, hits in rankings.items()},
+                k=config.rrf_k,
+            )
+        ]
+    else:
+        weights = {"vector": config.vector_weight, "fulltext": 1.0 - config.vector_weight}
+        fused = fusion.combsum(rankings, weights=weights, method=config.normalisation)
+    if config.neighbour_boost:
+        # Turns are (session, cursor): the neighbours are the turns just before and after in the
+        # same session, whichever ranking found them.
+        neighbours = {(sid, c): ((sid, c - 1), (sid, c + 1)) for sid, c in ranks}
+        fused = fusion.neighbour_boost(fused, neighbours, weight=config.neighbour_boost)
+    return [(turn, score, ranks[turn]) for turn, score in fused]
 
 
 def reciprocal_rank_fusion(

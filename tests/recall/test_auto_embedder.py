@@ -24,6 +24,11 @@ LOCAL = conf.auto_embedder() != conf.LEXICAL_EMBEDDER
 needs_local = pytest.mark.skipif(not LOCAL, reason="the local-embeddings extra is not installed")
 
 
+def local_name(embedder) -> str:
+    """The packaged model's name, with the 8-bit graph's suffix where ONNX Runtime runs it."""
+    return PACKAGED_MODEL + ("-int8" if embedder.backend_in_use == "onnx" else "")
+
+
 def test_auto_is_the_shipped_default():
     source = (ROOT / "memory_app" / "conf.py").read_text()
     assert '"EMBEDDER": "auto",' in source
@@ -33,7 +38,8 @@ def test_auto_is_the_shipped_default():
 def test_auto_picks_the_local_model_where_it_is_installed(memory_settings_override):
     memory_settings_override(EMBEDDER="auto")
     embedder = get_embedder()
-    assert isinstance(embedder, SentenceTransformerEmbedder) and embedder.name == PACKAGED_MODEL
+    assert isinstance(embedder, SentenceTransformerEmbedder)
+    assert embedder.name == local_name(embedder)
     (vector,) = embedder.embed(["The boiler was serviced in June."])
     assert len(vector) == 384
 
@@ -76,4 +82,5 @@ def test_a_fresh_project_reports_the_local_model(tmp_path):
         timeout=120,
     )
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip().splitlines()[-1] == PACKAGED_MODEL
+    assert out.stdout.strip().splitlines()[-1] in (PACKAGED_MODEL, PACKAGED_MODEL + "-int8")
+    assert out.stdout.strip().splitlines()[-1] == local_name(SentenceTransformerEmbedder())

@@ -90,13 +90,14 @@ def test_roles_filter(garden_chat, embedded):
     }
 
 
-def test_hybrid_fuses_both_rankings(
+def test_hybrid_fuses_both_rankings_by_rrf_on_request(
     garden_chat, memory_settings_override, django_capture_on_commit_callbacks
 ):
     # Stored while embedding is off: only full-text search can see it.
     memory_settings_override(EMBED_ON_APPEND=False, IMPORTANCE_THRESHOLD=None)
     with django_capture_on_commit_callbacks(execute=True):
         hidden = garden_chat.add({"role": "user", "content": "Biscuit chewed the beach towel."})
+    memory_settings_override(FUSION="rrf", NEIGHBOUR_BOOST=0)  # the fusion before CombSUM
     query = "Biscuit golden retriever at the beach"
     vector = garden_chat.search(query, limit=50, mode="vector")
     fulltext = garden_chat.search(query, limit=50, mode="fulltext")
