@@ -167,7 +167,7 @@ class Memory:
         Its messages are embedded in the background once the import commits, as appended ones
         are, so they are searchable without a ``memory_embed`` run."""
         session = transfer.import_session(data, owner=owner, namespace=namespace, key=key)
-        background.schedule_import_embedding(session.pk)
+        background.schedule_after_append_on_commit(session.pk)
         return SessionMemory(session)
 
     @staticmethod

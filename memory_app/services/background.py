@@ -381,11 +381,9 @@ class _DeferredRunner:
                 del self.queue[session_id]
                 self.running += 1
             try:
+                # after_append_now never raises: it logs, and answers "failed".
                 if after_append_now(session_id).state == "failed":
                     connection.close()  # a broken connection is not reused
-            except Exception:
-                logger.exception("after-append job of session %s failed", session_id)
-                connection.close()
             finally:
                 with self.condition:
                     self.running -= 1
@@ -424,15 +422,16 @@ def _finish_deferred() -> None:
     wait_for_deferred(timeout=30)
 
 
-def schedule_import_embedding(session_id, *, using: str | None = None) -> None:
-    """Once the transaction that imported a session commits, index its messages as appends
-    would have been (full text; vectors for all of them with ``EMBED_ON_APPEND``, else for the
-    remembered ones). Never raises (what is not done stays marked for the sweep)."""
+def schedule_after_append_on_commit(session_id, *, using: str | None = None) -> None:
+    """Once the current transaction commits (at once outside one), ``schedule_after_append``
+    for the session: what an append and an import do after writing messages. A rolled-back
+    write starts nothing; a failure to schedule never fails a write that has committed
+    (``robust``: what is not done stays marked for the sweep)."""
 
-    def index() -> None:
+    def schedule() -> None:  # a plain function: robust on_commit logs callbacks by __qualname__
         schedule_after_append(session_id)
 
-    transaction.on_commit(index, using=using or router.db_for_write(Message), robust=True)
+    transaction.on_commit(schedule, using=using or router.db_for_write(Message), robust=True)
 
 
 # ---- the threshold -------------------------------------------------------------------------------

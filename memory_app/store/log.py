@@ -17,7 +17,6 @@ Django's cursor wrapper, so transactions, error translation, query logging and
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import math
 import threading
@@ -837,12 +836,11 @@ def mark_indexed(session_id, cursors: Sequence[int]) -> int:
     ).update(index_pending=False)
 
 
-def sessions_pending_index(*, older_than: float = 0.0, limit: int | None = 1000) -> list:
-    """Sessions with messages marked ``index_pending`` for at least ``older_than`` seconds:
-    what the sweep picks up when an after-append job never ran (a crash between the commit and
-    the scheduling, a lost task)."""
+def sessions_pending_index(session_ids: Sequence | None = None) -> list:
+    """Sessions (of ``session_ids``, when given) with messages still marked ``index_pending``:
+    what ``memory_embed`` catches up with when an after-append job never ran (a crash between
+    the commit and the scheduling, a lost task)."""
     qs = Message.objects.filter(index_pending=True)
-    if older_than:
-        qs = qs.filter(created_at__lte=timezone.now() - dt.timedelta(seconds=older_than))
-    ids = qs.order_by().values_list("session_id", flat=True).distinct()
-    return list(ids if limit is None else ids[:limit])
+    if session_ids is not None:
+        qs = qs.filter(session_id__in=list(session_ids))
+    return list(qs.order_by().values_list("session_id", flat=True).distinct())

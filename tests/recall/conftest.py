@@ -47,6 +47,18 @@ def openai_embedder(openai_server, memory_settings_override):
     return openai_server
 
 
+@pytest.fixture
+def embedded(django_capture_on_commit_callbacks):
+    """Append and run what the append schedules after its commit (indexing for recall), as a
+    worker would."""
+
+    def append(mem, texts, **extra):
+        with django_capture_on_commit_callbacks(execute=True):
+            return add_turns(mem, texts, **extra)
+
+    return append
+
+
 def add_turns(mem, texts, role="user", **extra):
     return mem.add_many([{"role": role, "content": t, **extra} for t in texts])
 

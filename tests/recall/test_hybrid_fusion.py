@@ -14,17 +14,6 @@ RRF = {"FUSION": "rrf", "NEIGHBOUR_BOOST": 0, "HYBRID_CANDIDATES": 50}
 
 
 @pytest.fixture
-def embedded(django_capture_on_commit_callbacks):
-    """Append and run the embedding the append schedules, as a worker would after the commit."""
-
-    def append(mem, texts, **extra):
-        with django_capture_on_commit_callbacks(execute=True):
-            return add_turns(mem, texts, **extra)
-
-    return append
-
-
-@pytest.fixture
 def unembedded(memory_settings_override, django_capture_on_commit_callbacks):
     """Append with embedding off: only full-text search can see these turns."""
 

@@ -12,18 +12,6 @@ from memory_app import Memory
 from memory_app.exceptions import InvalidSearch
 from memory_app.services.recall import reciprocal_rank_fusion
 from memory_app.types import SearchResult
-from tests.recall.conftest import add_turns
-
-
-@pytest.fixture
-def embedded(django_capture_on_commit_callbacks):
-    """Run the embedding that appends schedule, as a worker would after the commit."""
-
-    def append(mem, texts, **extra):
-        with django_capture_on_commit_callbacks(execute=True):
-            return add_turns(mem, texts, **extra)
-
-    return append
 
 
 @pytest.mark.parametrize("mode", ["hybrid", "vector", "fulltext"])

@@ -82,9 +82,7 @@ class Command(MemoryCommand):
             index = ensure_hnsw_index(embedder.name, dims)
         except EmbedderError as err:
             raise CommandError(str(err)) from err
-        pending = sessions_pending_index(limit=None)
-        if sessions:
-            pending = [s for s in pending if s in set(sessions)]
+        pending = sessions_pending_index(sessions or None)
         if pending:
             if verbosity:
                 self.stdout.write(f"{len(pending)} sessions with messages awaiting indexing")
