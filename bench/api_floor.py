@@ -17,8 +17,8 @@ Configurations (each its own server):
 - ``production``: the default ``MEMORY_APP`` with a Redis broker configured (a database of the
   benchmark's own, emptied afterwards) and no worker: each append scores importance and
   schedules its after-append job, as in production.
-- ``store alone``: no broker, no embedding, no summarize trigger (each append writes its
-  full-text vectors itself; no after-append job follows).
+- ``store alone``: no broker, no embedding, no summarize trigger (the after-append job only
+  fills the full-text vectors, in the server's background thread).
 
 Afterwards every session's cursors must be exactly 1..N with its counters matching the rows,
 and no response may be an error. Writes ``bench/results/api_floor.md``.

@@ -511,12 +511,12 @@ def render(mode: Mode, stores, results: Results, elapsed: float) -> str:
         "where each commit waits for its WAL flush.",
         "- The store alone (`memory_app (prepare_threshold=5)`): no broker, "
         "`EMBED_ON_APPEND=False`, `SUMMARIZE_THRESHOLD_TOKENS=None`, `IMPORTANCE_THRESHOLD=None`; "
-        "each append writes its full-text vectors itself and leaves no after-append job. The "
-        "*summarize trigger* row sets a threshold out of reach. "
+        "each append still leaves its full-text indexing to the after-append job (this process's "
+        "background thread). The *summarize trigger* row sets a threshold out of reach. "
         "*Production path*: the default `MEMORY_APP` with a Redis broker configured and no "
         "worker running: each append also scores importance and schedules its after-append job "
         "(one Redis `SET NX`; one task per session while one is queued). *No broker*: the "
-        "default `MEMORY_APP` without a broker, as the demo runs: the job (MiniLM "
+        "default `MEMORY_APP` without a broker, as the demo runs: the job (full text, MiniLM "
         "vectors where installed, the summarize check) runs in a background thread; the "
         "benchmark waits for it after each turn, outside the timed calls.",
         "- Appends: memory_app validates each message, counts its tokens and hands out gapless "

@@ -75,7 +75,33 @@ def check_settings(app_configs=None, **kwargs):
     errors += _check_encryption_keys()
     errors += _check_retention()
     errors += _check_fusion()
+    errors += _check_after_append()
     errors += check_extras()
+    return errors
+
+
+def _check_after_append() -> list:
+    """``memory_app.E031``: ``AFTER_APPEND`` is not ``"deferred"`` or ``"immediate"``, or one of
+    its millisecond settings is not a non-negative number."""
+    errors = []
+    if memory_settings.AFTER_APPEND not in ("deferred", "immediate"):
+        errors.append(
+            Error(
+                "MEMORY_APP['AFTER_APPEND'] must be 'deferred' or 'immediate', not "
+                f"{memory_settings.AFTER_APPEND!r}",
+                id="memory_app.E031",
+            )
+        )
+    for name in ("AFTER_APPEND_DELAY_MS", "AFTER_APPEND_DEBOUNCE_MS"):
+        value = getattr(memory_settings, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            errors.append(
+                Error(
+                    f"MEMORY_APP[{name!r}] must be a non-negative number of milliseconds, not "
+                    f"{value!r}",
+                    id="memory_app.E031",
+                )
+            )
     return errors
 
 

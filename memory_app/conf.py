@@ -77,6 +77,11 @@ DEFAULTS: dict[str, Any] = {
     # "immediate": in the caller's thread right after the commit (with no broker: scripts and
     # tests that want the vectors before add() returns).
     "AFTER_APPEND": "deferred",
+    # With "deferred", how long the thread lets appends gather before it handles them: a stream
+    # of appends costs one Redis round trip (broker) or one job (no broker) per session per
+    # this many milliseconds, not one per append. What waits is never lost (drained at exit,
+    # swept after a crash); it only becomes searchable by vector this much later.
+    "AFTER_APPEND_DELAY_MS": 100,
     # Default mode of search(): "hybrid" (vector + full-text), "vector" or "fulltext".
     "SEARCH_MODE": "hybrid",
     # How hybrid search fuses its two rankings (memory_app/services/fusion.py). "combsum": the

@@ -171,23 +171,22 @@ class Message(models.Model):
         help_text="Client key: a retried append with it returns this message instead of a copy.",
     )
     created_at = models.DateTimeField("created", db_default=Now(), editable=False)
-    # The append statement writes the full-text vector itself and marks the rows that want a
-    # vector from the embedder; the after-append job (or the sweep, after a crash) embeds
-    # them off the request path and clears the mark. Rows written by the ORM (imports) start
-    # marked, without a vector, and the job fills both.
+    # Indexing for recall happens after the append, off the request path: the append only
+    # leaves this mark (the column default), and the after-append job (or the sweep, after a
+    # crash) fills ``search_vector``, embeds what recall wants and clears it.
     index_pending = models.BooleanField(
         "indexing pending",
         db_default=True,
         editable=False,
-        help_text="Set when the message waits for the after-append job (its embedding, or "
-        "its full-text vector); cleared once it is indexed for recall.",
+        help_text="Set by the append; cleared once the message is indexed for recall "
+        "(full text, and a vector where one is wanted).",
     )
     search_vector = SearchVectorField(
         "full-text vector",
         null=True,
         blank=True,
         editable=False,
-        help_text="to_tsvector of the content, written with the message (PostgreSQL).",
+        help_text="to_tsvector of the content, filled after the append (PostgreSQL).",
     )
 
     class Meta:

@@ -1,23 +1,22 @@
 """The receiver of the append signal: what follows an append, scheduled once it commits.
 
-An append marks the messages that want a vector ``index_pending`` in the rows it writes; once
-its transaction commits (a rolled-back append starts nothing), ``services.background`` schedules
-the session's after-append job (vectors for recall, then the summarize threshold) when there is
-anything for it to do (``indexing.job_wanted``). The append itself only hands the session id to
-a background thread (``AFTER_APPEND``), which queues at most one task per session at a time; a
-failure to schedule never fails an append that has already committed (the sweep finds what is
-still marked).
+An append leaves its messages marked ``index_pending`` in the rows it writes; once its
+transaction commits (a rolled-back append starts nothing), ``services.background`` schedules the
+session's after-append job: full text and vectors for recall, then the summarize threshold. The
+append itself only hands the session id to a background thread (``AFTER_APPEND``), which queues
+at most one task per session at a time; a failure to schedule never fails an append that has
+already committed (the sweep finds what is still marked).
 """
 
 from __future__ import annotations
 
-from .services import background, indexing
+from .services import background
 from .signals import messages_appended
 
 
-def schedule_after_append(sender, session_id, messages, tokens_since_snapshot, **kwargs) -> None:
-    """Once the append commits, schedule the session's after-append job if it has work."""
-    if messages and indexing.job_wanted(messages, tokens_since_snapshot):
+def schedule_after_append(sender, session_id, messages, **kwargs) -> None:
+    """Once the append commits, schedule the session's after-append job."""
+    if messages:
         background.schedule_after_append_on_commit(session_id)
 
 

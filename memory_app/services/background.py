@@ -20,6 +20,7 @@ import atexit
 import logging
 import os
 import threading
+import time
 import uuid
 from contextlib import contextmanager
 from typing import Any
@@ -344,16 +345,19 @@ class _DeferredRunner:
     """Schedules (broker) or runs (no broker) after-append jobs in one background thread of
     this process.
 
-    Sessions wait in an ordered set, so a burst of appends to one session is handled once.
-    The thread has its own database connection, closed whenever the queue runs dry. At exit
-    the queue is finished (``drain``); what a killed process never got to stays marked in the
-    database for the sweep.
+    Sessions wait in an ordered set, so a burst of appends to one session is handled once:
+    the thread lets them gather for ``AFTER_APPEND_DELAY_MS`` after the first is handed over,
+    then handles each session once. The thread has its own database connection, closed
+    whenever the queue runs dry. ``drain`` (and so the exit) handles what waits at once; what a
+    killed process never got to stays marked in the database for the sweep.
     """
 
     def __init__(self) -> None:
         self.pid = os.getpid()
         self.queue: dict[str, None] = {}
+        self.since = 0.0  # when the oldest waiting session was handed over (monotonic)
         self.running = 0
+        self.hurry = 0  # drains under way: no more gathering
         self.condition = threading.Condition()
         self.thread = threading.Thread(
             target=self._loop, name="memory_app-after-append", daemon=True
@@ -362,13 +366,21 @@ class _DeferredRunner:
 
     def submit(self, session_id) -> None:
         with self.condition:
+            if not self.queue:
+                self.since = time.monotonic()
             self.queue[str(session_id)] = None
             self.condition.notify_all()
 
     def drain(self, timeout: float | None = None) -> bool:
-        """Wait until every submitted job has run; whether it did within ``timeout``."""
+        """Handle what waits now and wait until every submitted job has run; whether it did
+        within ``timeout``."""
         with self.condition:
-            return self.condition.wait_for(lambda: not self.queue and not self.running, timeout)
+            self.hurry += 1
+            self.condition.notify_all()
+            try:
+                return self.condition.wait_for(lambda: not self.queue and not self.running, timeout)
+            finally:
+                self.hurry -= 1
 
     def _loop(self) -> None:
         while True:
@@ -377,6 +389,10 @@ class _DeferredRunner:
                     connection.close()
                     self.condition.notify_all()
                     self.condition.wait_for(lambda: self.queue)
+                # Let appends gather: sessions handed over meanwhile are handled once each.
+                deadline = self.since + float(memory_settings.AFTER_APPEND_DELAY_MS) / 1000
+                while not self.hurry and (left := deadline - time.monotonic()) > 0:
+                    self.condition.wait(left)
                 session_id = next(iter(self.queue))
                 del self.queue[session_id]
                 self.running += 1

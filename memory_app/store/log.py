@@ -40,9 +40,6 @@ from ..types import ANY_OWNER, NewMessage, SnapshotView, StoredMessage
 from ..validation import check_count, check_cursor, check_message, check_messages
 from . import policies, sessions, snapshots
 
-#: Text search configuration of the full-text column (and of every query against it).
-FULLTEXT_CONFIG = "english"
-
 ROW_FIELDS = (
     "seq",
     "role",
@@ -307,18 +304,16 @@ class _Statements:
             )
             INSERT INTO {message} (session_id, seq, role, content, content_parts, name, tool_calls,
                                    tool_call_id, extra, metadata, token_count, remember,
-                                   idempotency_key, search_vector, index_pending)
+                                   idempotency_key)
         """
         # A single message travels as plain parameters (the cheapest plan for one row) ...
-        config = f"'{FULLTEXT_CONFIG}'::regconfig"
         self.append_one = (
             bump
-            + f"""
+            + """
             SELECT %(session)s, bumped.first_seq, %(role)s, %(content)s, %(content_parts)s::jsonb,
                    %(name)s, %(tool_calls)s::jsonb, %(tool_call_id)s, %(extra)s::jsonb,
                    %(metadata)s::jsonb, %(tokens)s::integer, %(remember)s::boolean,
-                   %(idempotency_key)s, to_tsvector({config}, %(content)s),
-                   %(embed_all)s::boolean OR %(remember)s::boolean
+                   %(idempotency_key)s
               FROM bumped
             RETURNING seq, created_at, id, (SELECT tokens_since_snapshot FROM bumped)
         """
@@ -328,12 +323,11 @@ class _Statements:
         # and a prepared plan, never depend on it).
         self.append_many = (
             bump
-            + f"""
+            + """
             SELECT %(session)s, bumped.first_seq + v.i, v.role, v.content, v.content_parts,
                    COALESCE(v.name, ''), v.tool_calls, COALESCE(v.tool_call_id, ''), v.extra,
-                   COALESCE(v.metadata, '{{}}'::jsonb), v.token_count, COALESCE(v.remember, false),
-                   v.idempotency_key, to_tsvector({config}, v.content),
-                   %(embed_all)s::boolean OR COALESCE(v.remember, false)
+                   COALESCE(v.metadata, '{}'::jsonb), v.token_count, COALESCE(v.remember, false),
+                   v.idempotency_key
               FROM bumped,
                    json_to_recordset(%(rows)s::json) AS v(
                        i integer, role text, content text, content_parts jsonb, name text,
@@ -469,7 +463,6 @@ def _insert_postgresql(
         "ttls": policies.sliding_ttls(),
         "any_owner": any_owner,
         "owner": owner_pk,
-        "embed_all": bool(memory_settings.EMBED_ON_APPEND),
     }
     if n == 1:
         m = messages[0]
@@ -595,13 +588,10 @@ def _insert_generic(session_id, messages, tokens, owner=ANY_OWNER) -> list[Store
             .get()
         )
         first = next_seq - n
-        embed_all = bool(memory_settings.EMBED_ON_APPEND)
-        created = []
-        for i, (m, t) in enumerate(zip(messages, tokens, strict=True)):
-            row = message_row(session_id, first + i, m, t)
-            row.index_pending = embed_all or m.remember  # as the PostgreSQL statement marks it
-            created.append(row)
-        Message.objects.bulk_create(created)
+        Message.objects.bulk_create(
+            message_row(session_id, first + i, m, t)
+            for i, (m, t) in enumerate(zip(messages, tokens, strict=True))
+        )
         return tokens_since, rows(
             Message.objects.filter(session_id=session_id, seq__gte=first).order_by("seq")
         )
@@ -809,6 +799,9 @@ def pop_last(session_id) -> StoredMessage | None:
 
 # -- indexing after the append --------------------------------------------------------------
 
+#: Text search configuration of the full-text column (and of every query against it).
+FULLTEXT_CONFIG = "english"
+
 
 def pending_index(session_id, limit: int) -> list[tuple[int, bool]]:
     """``(cursor, remember)`` of the session's messages still marked ``index_pending``, oldest
@@ -821,9 +814,9 @@ def pending_index(session_id, limit: int) -> list[tuple[int, bool]]:
 
 
 def mark_indexed(session_id, cursors: Sequence[int]) -> int:
-    """Clear ``index_pending`` on these messages, and on PostgreSQL fill the full-text vector
-    of any that lack one (rows the append statement did not write: imports): one UPDATE, one
-    new row version. Returns how many were still marked."""
+    """Fill the full-text vector of these messages (PostgreSQL; elsewhere full-text search
+    scans the content itself) and clear their ``index_pending`` mark, in one UPDATE: one new
+    row version per message. Returns how many were still marked."""
     cursors = list(cursors)
     connection = connections[router.db_for_write(Message)]
     if connection.vendor != "postgresql":

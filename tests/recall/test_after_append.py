@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from io import StringIO
 
 import pytest
@@ -73,6 +74,51 @@ def test_without_a_broker_the_job_runs_after_the_append_in_a_background_thread(s
     assert [r.cursor for r in mem.search("tulips", mode="fulltext", limit=5)] != []
 
 
+def test_the_thread_lets_appends_gather_and_handles_them_in_one_job(settings):
+    settings.MEMORY_APP = {
+        "AFTER_APPEND": "deferred",
+        "AFTER_APPEND_DELAY_MS": 5000,  # longer than the appends below take
+        "EMBEDDER": f"{__name__}.ThreadRecordingEmbedder",
+        "IMPORTANCE_THRESHOLD": None,
+    }
+    ThreadRecordingEmbedder.calls.clear()
+    mem = Memory.session("gathered", owner=None)
+    for i in range(10):
+        mem.add({"role": "user", "content": f"fact {i} about dahlias"})
+    assert pending(mem) == list(range(1, 11))  # still gathering
+    assert background.wait_for_deferred(timeout=30)  # a drain handles what waits at once
+    assert ThreadRecordingEmbedder.calls == [("memory_app-after-append", 10)]
+    assert indexed(mem) == list(range(1, 11))
+
+
+def test_what_gathers_is_handled_when_the_delay_is_up(settings):
+    settings.MEMORY_APP = {
+        "AFTER_APPEND": "deferred",
+        "AFTER_APPEND_DELAY_MS": 50,
+        "IMPORTANCE_THRESHOLD": None,
+    }
+    mem = Memory.session("delayed", owner=None)
+    mem.add({"role": "user", "content": "the tortoise is called Gerald"})
+    deadline = time.monotonic() + 30
+    while pending(mem) and time.monotonic() < deadline:  # nobody drains: the thread's own timer
+        time.sleep(0.02)
+    assert pending(mem) == [] and indexed(mem) == [1]
+
+
+def test_bad_after_append_settings_fail_the_system_checks(settings):
+    from django.core.checks import run_checks
+
+    for bad in (
+        {"AFTER_APPEND": "later"},
+        {"AFTER_APPEND_DELAY_MS": -1},
+        {"AFTER_APPEND_DEBOUNCE_MS": "5s"},
+    ):
+        settings.MEMORY_APP = bad
+        assert "memory_app.E031" in {e.id for e in run_checks()}, bad
+    settings.MEMORY_APP = {"AFTER_APPEND": "immediate", "AFTER_APPEND_DELAY_MS": 0}
+    assert "memory_app.E031" not in {e.id for e in run_checks()}
+
+
 def test_with_a_broker_a_burst_of_appends_queues_one_task_per_session(settings):
     settings.MEMORY_APP = {"IMPORTANCE_THRESHOLD": None}
     queue = f"memory-test-after-append-{os.getpid()}"
@@ -92,45 +138,13 @@ def test_with_a_broker_a_burst_of_appends_queues_one_task_per_session(settings):
     finally:
         client.delete(queue, background.after_append_key(mem.id))
         client.delete(background.after_append_key(other.id))
-    # No worker ran: everything still waits for its vector, and nothing is missing from
-    # full-text recall meanwhile (the append stored the full-text vectors itself).
+    # No worker ran: everything is still marked for the job, and nothing is missing from
+    # full-text recall meanwhile (pending messages are matched by the same expression).
     assert pending(mem) == list(range(1, 12))
     assert len(mem.search("roses", mode="fulltext", limit=20)) == 11
     # The job, as the worker runs it: everything indexed, in one pass.
     assert background.run_after_append(mem.id) == 11
     assert pending(mem) == [] and indexed(mem) == list(range(1, 12))
-
-
-def test_an_append_that_leaves_the_job_nothing_to_do_schedules_nothing(settings):
-    # No vectors wanted (EMBED_ON_APPEND off, nothing remembered) and the summarize threshold
-    # out of reach: the append writes all recall needs (full text) and schedules no job.
-    settings.MEMORY_APP = {
-        "EMBED_ON_APPEND": False,
-        "IMPORTANCE_THRESHOLD": None,
-        "SUMMARIZE_THRESHOLD_TOKENS": 60,
-    }
-    queue = f"memory-test-after-append-idle-{os.getpid()}"
-    client = redis.Redis.from_url(BROKER)
-    mem = Memory.session("nothing-to-do", owner=None)
-    try:
-        with celery_publishing_to(BROKER, task_default_queue=queue, task_routes=None):
-            mem.add({"role": "user", "content": "the hedge needs trimming in May"})
-            mem.add_many([{"role": "assistant", "content": "noted: trim the hedge"}])
-            assert client.llen(queue) == 0
-            assert not client.exists(background.after_append_key(mem.id))
-            assert pending(mem) == []
-            assert sorted(r.cursor for r in mem.search("hedge", mode="fulltext")) == [1, 2]
-            # A remembered message wants a vector: now a job is queued, for it alone.
-            mem.add({"role": "user", "content": "my locker code is 4471", "remember": True})
-            assert client.llen(queue) == 1 and pending(mem) == [3]
-            background.start_after_append(mem.id)
-            # Over the summarize threshold, the job has work again (the check rides it).
-            mem.add({"role": "user", "content": " ".join(["hedge"] * 80)})
-            assert client.llen(queue) == 2 and pending(mem) == [3]
-    finally:
-        client.delete(queue, background.after_append_key(mem.id))
-    assert background.run_after_append(mem.id) == 1
-    assert pending(mem) == [] and Embedding.objects.filter(session_id=mem.id).count() == 1
 
 
 def test_by_default_the_append_leaves_the_scheduling_to_a_background_thread(settings):
