@@ -31,6 +31,7 @@ import json
 import os
 import platform
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -237,6 +238,8 @@ def main(argv=None) -> int:
     parser.add_argument("--configs", default=",".join(CONFIGS))
     parser.add_argument("--output", type=Path, default=RESULTS / "api_floor.md")
     args = parser.parse_args(argv)
+    if shutil.which("wrk") is None:
+        raise SystemExit("api_floor.py needs wrk on PATH (Debian: apt-get install -y wrk)")
     load = " ".join(f"{x:.1f}" for x in os.getloadavg())
     began = time.perf_counter()
     figures = {}
