@@ -10,6 +10,7 @@ from io import StringIO
 import pytest
 from cryptography.fernet import Fernet
 from django.core.management import CommandError, call_command
+from django.db import connection
 from django.test import override_settings
 
 from memory_app import Memory
@@ -227,6 +228,24 @@ def test_bad_keys_fail_the_system_check():
         assert [e.id for e in check_settings()] == ["memory_app.E010"]
     with keys(NEW, OLD):
         assert check_settings() == []
+
+
+def test_rotation_drops_full_text_vectors_made_from_plaintext(
+    user, django_capture_on_commit_callbacks
+):
+    before = Memory.create("indexed-in-plaintext", owner=user)
+    with django_capture_on_commit_callbacks(execute=True):  # the after-append job runs
+        before.add({"role": "user", "content": SECRET})
+    rows = Message.objects.filter(session_id=before.id)
+    if connection.vendor == "postgresql":
+        assert rows.get().search_vector is not None  # lexemes of the plaintext
+        assert [r.cursor for r in before.search("card number", mode="fulltext")] == [1]
+    with keys(NEW):
+        call_command("memory_rotate_keys", "--no-progress", stdout=StringIO())
+        assert_ciphertext(before.id)
+        assert rows.get().search_vector is None
+        assert before.search("card number", mode="fulltext") == []
+        assert before.get_message(1).content == SECRET
 
 
 def test_search_finds_encrypted_messages_by_their_plaintext(user):

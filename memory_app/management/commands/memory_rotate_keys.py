@@ -59,10 +59,13 @@ class Command(MemoryCommand):
                         )
                         if new is not None:
                             message.content, message.content_parts, message.tool_calls = new
+                            # The full-text vector was made from the old stored value (the
+                            # plaintext, for a row written before encryption): drop it.
+                            message.search_vector = None
                             changed.append(message)
                     if changed:
                         Message.objects.using(using).bulk_update(
-                            changed, ["content", "content_parts", "tool_calls"]
+                            changed, ["content", "content_parts", "tool_calls", "search_vector"]
                         )
                 last_id = batch[-1].id
                 seen += len(batch)
