@@ -188,7 +188,7 @@ class SessionAdmin(admin.ModelAdmin):
         "messages",
         "tokens",
         "snapshot",
-        "updated_at",
+        "display_updated",
     )
     list_display_links = ("display_key",)
     list_filter = (
@@ -342,6 +342,19 @@ class SessionAdmin(admin.ModelAdmin):
     @admin.display(description="namespace", ordering="namespace")
     def display_namespace(self, obj: Session) -> str:
         return format_html('<span class="mem-pill mem-pill-ns">{}</span>', obj.namespace)
+
+    @admin.display(description="updated", ordering="updated_at")
+    def display_updated(self, obj: Session) -> str:
+        # One width whatever the date and time ("Sept. 30, 2026, 12:06 p.m." is half as wide
+        # again as "May 4, 2026, 9 a.m."), so the columns fit at every hour; the full
+        # timestamp is the tooltip.
+        local = timezone.localtime(obj.updated_at)
+        return format_html(
+            '<time class="mem-num" datetime="{}" title="{}">{}</time>',
+            local.isoformat(),
+            local.strftime("%A %d %B %Y, %H:%M:%S %Z"),
+            local.strftime("%Y-%m-%d %H:%M"),
+        )
 
     # -- permissions: sessions are created by agents; the log is append-only ----------------
     def has_add_permission(self, request: HttpRequest) -> bool:

@@ -613,3 +613,20 @@ def test_the_session_page_shows_the_retention_policy_in_force(admin_client, make
     assert "sliding: True" in html and "max_messages: 500" in html
     other = make_session("free", 2, namespace="other-bot")
     assert "has no entry for this namespace" in admin_client.get(change_url(other)).content.decode()
+
+
+def test_the_updated_column_has_one_width_at_every_date_and_hour(settings):
+    # The changelist fits a 1280 px screen only if this column does not grow with the month's
+    # name or the hour ("Sept. 30, 2026, 12:06 p.m."): one fixed-width form, the rest a tooltip.
+    import datetime as dt
+
+    from django.contrib.admin.sites import site
+
+    settings.TIME_ZONE = "UTC"
+    admin = site._registry[Session]
+    shown = []
+    for when in (dt.datetime(2026, 9, 30, 12, 6), dt.datetime(2026, 5, 4, 9, 0)):
+        html = admin.display_updated(Session(updated_at=when.replace(tzinfo=dt.UTC)))
+        shown.append(re.sub(r"<[^>]+>", "", str(html)))
+        assert f'datetime="{when.isoformat()}+00:00"' in html
+    assert shown == ["2026-09-30 12:06", "2026-05-04 09:00"]

@@ -58,7 +58,7 @@ def test_changelist_shows_every_column_without_scrolling(laptop, sessions, schem
         "messages",
         "tokens",
         "snapshot",
-        "updated_at",
+        "display_updated",
     ):
         header = laptop.locator(f"#result_list th.column-{column}")
         assert header.count() == 1, column
