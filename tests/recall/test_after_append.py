@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from io import StringIO
 
 import pytest
@@ -19,6 +18,7 @@ from memory_app import Memory
 from memory_app.models import Embedding, Message
 from memory_app.providers.embeddings import LexicalEmbedder
 from memory_app.services import background, retention
+from tests.celery_worker import wait_until
 
 from .conftest import ROOT, celery_publishing_to, database_url_for_subprocess
 
@@ -99,10 +99,9 @@ def test_what_gathers_is_handled_when_the_delay_is_up(settings):
     }
     mem = Memory.session("delayed", owner=None)
     mem.add({"role": "user", "content": "the tortoise is called Gerald"})
-    deadline = time.monotonic() + 30
-    while pending(mem) and time.monotonic() < deadline:  # nobody drains: the thread's own timer
-        time.sleep(0.02)
-    assert pending(mem) == [] and indexed(mem) == [1]
+    # Nobody drains: the thread's own timer hands the session on.
+    wait_until(lambda: pending(mem) == [], timeout=30, message="the gathered job")
+    assert indexed(mem) == [1]
 
 
 def test_bad_after_append_settings_fail_the_system_checks(settings):
