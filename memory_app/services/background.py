@@ -25,7 +25,7 @@ import uuid
 from contextlib import contextmanager
 from typing import Any
 
-from django.db import connection, router, transaction
+from django.db import connection, connections, router
 
 from ..conf import memory_settings
 from ..exceptions import SessionNotFound, SnapshotConflict, SummarizerError
@@ -365,10 +365,15 @@ class _DeferredRunner:
         self.thread.start()
 
     def submit(self, session_id) -> None:
+        key = str(session_id)
         with self.condition:
-            if not self.queue:
-                self.since = time.monotonic()
-            self.queue[str(session_id)] = None
+            if self.queue:
+                # The thread is gathering until a deadline the first session set: waking it
+                # for every append would only cost this thread a switch per append.
+                self.queue[key] = None
+                return
+            self.since = time.monotonic()
+            self.queue[key] = None
             self.condition.notify_all()
 
     def drain(self, timeout: float | None = None) -> bool:
@@ -412,10 +417,23 @@ _runner_lock = threading.Lock()
 
 def _deferred() -> _DeferredRunner:
     global _runner
+    runner = _runner  # set in this process: a forked child starts without one (below)
+    if runner is not None:
+        return runner
     with _runner_lock:
-        if _runner is None or _runner.pid != os.getpid():  # none yet, or forked since
+        if _runner is None:
             _runner = _DeferredRunner()
         return _runner
+
+
+def _forget_runner_after_fork() -> None:
+    # The parent's thread does not exist in a child (a worker forked by gunicorn or Celery):
+    # the child starts its own on its first append.
+    global _runner
+    _runner = None
+
+
+os.register_at_fork(after_in_child=_forget_runner_after_fork)
 
 
 def wait_for_deferred(timeout: float | None = None) -> bool:
@@ -444,10 +462,17 @@ def schedule_after_append_on_commit(session_id, *, using: str | None = None) -> 
     write starts nothing; a failure to schedule never fails a write that has committed
     (``robust``: what is not done stays marked for the sweep)."""
 
+    db = connections[using or router.db_for_write(Message)]
+    if db.autocommit and not db.in_atomic_block:
+        # Committed already: what on_commit would do at once, without its bookkeeping on
+        # every append.
+        schedule_after_append(session_id)  # never raises
+        return
+
     def schedule() -> None:  # a plain function: robust on_commit logs callbacks by __qualname__
         schedule_after_append(session_id)
 
-    transaction.on_commit(schedule, using=using or router.db_for_write(Message), robust=True)
+    db.on_commit(schedule, robust=True)
 
 
 # ---- the threshold -------------------------------------------------------------------------------

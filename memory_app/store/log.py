@@ -213,7 +213,7 @@ class _Append:
     def __init__(self, messages, tokens) -> None:
         self.messages = messages
         self.tokens = tokens
-        self.done = threading.Event()
+        self.done: threading.Event | None = None  # only a caller that queues waits on it
         self.lead: list[_Append] | None = None  # the appends this caller is to write
         self.result = None
         self.error: BaseException | None = None
@@ -225,7 +225,7 @@ _waiting_lock = threading.Lock()
 
 def _combined(alias, connection, session_id, messages, tokens, owner):
     # Only appends checked against the same owner scope share a statement.
-    key = (alias, str(session_id), *sessions.owner_check(owner))
+    key = (alias, session_id, *sessions.owner_check(owner))
     me = _Append(messages, tokens)
     with _waiting_lock:
         queue = _waiting.get(key)
@@ -233,6 +233,7 @@ def _combined(alias, connection, session_id, messages, tokens, owner):
             _waiting[key] = []  # a write is under way; later arrivals queue behind it
             me.lead = [me]
         else:
+            me.done = threading.Event()
             queue.append(me)
     if me.lead is None:
         me.done.wait()
@@ -373,14 +374,38 @@ def _sql() -> _Statements:
     return _Statements()
 
 
-def _cursor(connection):
-    """A Django cursor wrapper over a psycopg cursor on ``connection`` that binds parameters
-    server-side and reads results in binary (psycopg decodes jsonb, timestamps and numbers in
-    C; Django's text-format timestamp loader is Python).
+def _query(connection, sql: str, params) -> list:
+    """Run one of the hot statements on ``connection`` and return its rows.
 
-    Django's own cursors bind parameters client-side unless the project opts in
-    (``OPTIONS["server_side_binding"]``); these statements always bind server-side.
+    Parameters are bound server-side and results read in binary (psycopg decodes jsonb,
+    timestamps and numbers in C; Django's text-format timestamp loader is Python). Django's
+    own cursors bind client-side unless the project opts in (``OPTIONS["server_side_binding"]``);
+    these statements always bind server-side.
+
+    The psycopg cursor is kept on the connection and reused: a fresh cursor starts with empty
+    dumper and loader caches, and building a Django cursor wrapper around it costs as much
+    again; together about a third of a single append. What the wrapper does still happens:
+    the statement fails inside a broken transaction, database errors become Django's, and
+    when queries are logged (``DEBUG``) or an ``execute_wrapper`` is installed the statement
+    goes through the wrapper itself, so they see it like any other query.
     """
+    raw = _statement_cursor(connection)
+    if connection.queries_logged or connection.execute_wrappers:
+        if connection.queries_logged or connection.execute_wrappers:
+            wrapped = connection.make_debug_cursor(raw)
+        else:
+            wrapped = connection.make_cursor(raw)
+        wrapped.execute(sql, params)
+        return wrapped.fetchall()
+    connection.validate_no_broken_transaction()
+    with connection.wrap_database_errors:
+        raw.execute(sql, params)
+        return raw.fetchall()
+
+
+def _statement_cursor(connection):
+    """The binary, server-side-binding psycopg cursor for ``connection``'s current database
+    session: kept on the connection while it stays open, fresh when it was reopened."""
     from psycopg import Cursor
     from psycopg.pq import Format
 
@@ -398,12 +423,19 @@ def _cursor(connection):
             connection.close()
     connection.close_if_health_check_failed()
     connection.ensure_connection()  # also refuses to run in an event loop (async_unsafe)
+    database = connection.connection
+    kept = getattr(connection, "_memory_app_cursor", None)
+    if kept is not None and kept.connection is database and not kept.closed:
+        # A connection shared between threads (a live test server's) gets one cursor per call:
+        # another thread could run a statement between this one's execute and fetch.
+        if not connection.allow_thread_sharing:
+            return kept
     with connection.wrap_database_errors:
-        raw = Cursor(connection.connection)
+        raw = Cursor(database)
     raw.format = Format.BINARY
-    if connection.queries_logged:
-        return connection.make_debug_cursor(raw)
-    return connection.make_cursor(raw)
+    if not connection.allow_thread_sharing:
+        connection._memory_app_cursor = raw
+    return raw
 
 
 _STORED_FIELDS = tuple(f.name for f in fields(StoredMessage))
@@ -439,9 +471,7 @@ def _message(row: Sequence) -> StoredMessage:
 
 
 def _fetch(connection, sql: str, params: Sequence) -> list[StoredMessage]:
-    with _cursor(connection) as cursor:
-        cursor.execute(sql, params)
-        return [_message(r) for r in cursor.fetchall()]
+    return [_message(r) for r in _query(connection, sql, params)]
 
 
 def _json(value) -> str | None:
@@ -482,9 +512,7 @@ def _insert_postgresql(
     else:
         sql = _sql().append_many
         params["rows"] = _batch_rows(messages, tokens)
-    with _cursor(connection) as cursor:
-        cursor.execute(sql, params)
-        result = cursor.fetchall()
+    result = _query(connection, sql, params)
     if not result:
         raise SessionNotFound(f"session {session_id} does not exist")
     # RETURNING order is not the insertion order: place each row by its cursor.
@@ -674,9 +702,7 @@ def window_source(
     if connection.vendor != "postgresql":
         return None
     statements = _sql()
-    with _cursor(connection) as cursor:
-        cursor.execute(statements.window_head, [session_id])
-        head = cursor.fetchall()
+    head = _query(connection, statements.window_head, [session_id])
     if not head:  # the session is gone: nothing to send
         return None, [], iter(())
     message_count, token_count, version, upto, summary, pinned, model, metadata, created = head[0][
@@ -701,9 +727,7 @@ def window_source(
             16 + math.ceil(1.1 * max_tokens * message_count / token_count),
         )
     after = snapshot.upto if snapshot else 0
-    with _cursor(connection) as cursor:
-        cursor.execute(statements.newest, [session_id, after, _NO_END, first])
-        first_page = cursor.fetchall()
+    first_page = _query(connection, statements.newest, [session_id, after, _NO_END, first])
 
     def newest() -> Iterator[StoredMessage]:
         # Built as the window walks back: rows past its budget never become objects.

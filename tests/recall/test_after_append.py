@@ -163,6 +163,26 @@ def test_by_default_the_append_leaves_the_scheduling_to_a_background_thread(sett
     assert pending(mem) == list(range(1, 21))  # for the worker that would run it
 
 
+def test_a_forked_child_starts_its_own_background_thread(settings):
+    """A worker forked from a process that appended (gunicorn's, Celery's prefork) does not
+    hand sessions to a thread it did not inherit."""
+    settings.MEMORY_APP = {"EMBED_ON_APPEND": False}
+    Memory.session("before-fork", owner=None).add({"role": "user", "content": "hello"})
+    parent = background._deferred()
+    assert parent.thread.is_alive()
+    pid = os.fork()
+    if pid == 0:  # the child: no database, no test framework; the answer is the exit code
+        try:
+            child = background._deferred()
+            ok = child is not parent and child.pid == os.getpid() and child.thread.is_alive()
+        except BaseException:
+            ok = False
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert background._deferred() is parent  # the parent keeps its own
+
+
 def test_a_crash_between_the_commit_and_the_scheduling_loses_nothing():
     mem = Memory.session("crashed", owner=None)
     texts = ["the boiler was serviced in March", "the plumber's name is Ada", "ok"]

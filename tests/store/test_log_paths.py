@@ -181,3 +181,49 @@ def test_reopened_handle_sees_the_same_log(mem, user):
     mem.add_many([{"role": "user", "content": f"m{i}"} for i in range(3)])
     again = Memory.session("test-session", owner=user, namespace="tests")
     assert [stored_fields(m) for m in again.last(3)] == [stored_fields(m) for m in mem.messages()]
+
+
+@pytest.mark.postgres
+def test_hot_statements_are_seen_by_execute_wrappers(mem):
+    seen = []
+
+    def spy(execute, sql, params, many, context):
+        seen.append(sql.split()[0:2])
+        return execute(sql, params, many, context)
+
+    mem.add({"role": "user", "content": "before"})  # outside the wrapper: not seen
+    with connection.execute_wrapper(spy):
+        mem.add({"role": "user", "content": "hi"})
+        mem.add_many([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])
+        assert [m.content for m in mem.last(2)] == ["a", "b"]
+    assert len(seen) == 3  # two appends and one read, each one statement
+    assert seen[0] == seen[1] == ["WITH", "bumped"] and seen[2][0] == "SELECT"
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_failed_append_leaves_no_gap_and_the_next_one_works(user):
+    """A statement that fails (here: the session row is locked and the lock timeout is short)
+    stores nothing and spends no cursor; the same connection appends next as if it had not."""
+    from django.db import OperationalError, connections
+
+    mem = Memory.session("failed-append", owner=user, namespace="tests")
+    mem.add({"role": "user", "content": "one"})
+    other = connections.create_connection("default")  # a second connection: another client
+    try:
+        other.set_autocommit(False)
+        with other.cursor() as locker:
+            locker.execute("SELECT 1 FROM memory_app_session WHERE id = %s FOR UPDATE", [mem.id])
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '50ms'")
+        with pytest.raises(OperationalError):
+            mem.add({"role": "user", "content": "lost to the lock"})
+        other.rollback()
+    finally:
+        other.close()
+    with connection.cursor() as cursor:
+        cursor.execute("RESET lock_timeout")
+    assert mem.add({"role": "user", "content": "two"}).cursor == 2
+    connection.close()  # a reopened connection gets a cursor of its own
+    assert mem.add({"role": "user", "content": "three"}).cursor == 3
+    assert [(m.cursor, m.content) for m in mem.messages()] == [(1, "one"), (2, "two"), (3, "three")]
