@@ -31,6 +31,7 @@ import statistics
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -260,6 +261,28 @@ def prepare(
     return convs
 
 
+def score_grids(
+    convs: list[dict], grids: dict[str, list[dict]], ranking: Callable[[str, dict, dict, int], list]
+) -> dict[str, list[list[np.ndarray]]]:
+    """Per mode, per configuration, per conversation: one row per question of (recall@5,
+    recall@10, hit@10) for the ranking ``ranking(mode, config, conv, question index)`` gives."""
+    return {
+        mode: [
+            [
+                np.asarray(
+                    [
+                        metrics([i for i, _ in ranking(mode, config, conv, qi)[:10]], q["evidence"])
+                        for qi, q in enumerate(conv["questions"])
+                    ]
+                )
+                for conv in convs
+            ]
+            for config in grid
+        ]
+        for mode, grid in grids.items()
+    }
+
+
 def score_and_report(convs: list[dict], out: Path | None) -> str:
 
     # Per configuration, per question: (recall@5, recall@10, hit@10).
@@ -270,31 +293,23 @@ def score_and_report(convs: list[dict], out: Path | None) -> str:
         "hybrid": [REFERENCE, *(g for g in hybrid_grid() if g != REFERENCE)],
     }
     grids["hybrid-lexical"] = grids["hybrid"]
-    scores: dict[str, list[list[np.ndarray]]] = {}
+
+    def ranking(mode: str, config: dict, conv: dict, qi: int) -> list:
+        if mode == "lexical":
+            return conv["lex"][config["indexed"]][qi]
+        if mode == "vector":
+            return conv["vec"][config["indexed"]][qi]
+        if mode == "fulltext":
+            return conv["ft"][(config["indexed"], config["match"])][qi]
+        return fuse(
+            config,
+            conv[HYBRIDS[mode]][config["vector"]][qi],
+            conv["ft"][(config["fulltext"], "any")][qi],
+            conv["neighbours"],
+        )
+
     t0 = time.perf_counter()
-    for mode, grid in grids.items():
-        scores[mode] = []
-        for config in grid:
-            per_conv = []
-            for conv in convs:
-                rows = []
-                for qi, q in enumerate(conv["questions"]):
-                    if mode == "lexical":
-                        ranked = conv["lex"][config["indexed"]][qi]
-                    elif mode == "vector":
-                        ranked = conv["vec"][config["indexed"]][qi]
-                    elif mode == "fulltext":
-                        ranked = conv["ft"][(config["indexed"], config["match"])][qi]
-                    else:
-                        ranked = fuse(
-                            config,
-                            conv[HYBRIDS[mode]][config["vector"]][qi],
-                            conv["ft"][(config["fulltext"], "any")][qi],
-                            conv["neighbours"],
-                        )
-                    rows.append(metrics([i for i, _ in ranked[:10]], q["evidence"]))
-                per_conv.append(np.asarray(rows))
-            scores[mode].append(per_conv)
+    scores = score_grids(convs, grids, ranking)
     print(
         f"{sum(len(g) for g in grids.values())} configurations scored in "
         f"{time.perf_counter() - t0:.1f}s",
@@ -487,28 +502,17 @@ def choose_app_settings(conversations: list[tuple[str, list[dict], list[dict]]])
         "fulltext": [{"match": "any"}, {"match": "all"}],
         "hybrid": app_grid(),
     }
-    scores: dict[str, list[list[np.ndarray]]] = {}
-    for mode, grid in grids.items():
-        scores[mode] = []
-        for config in grid:
-            per_conv = []
-            for conv in convs:
-                rows = []
-                for qi, q in enumerate(conv["questions"]):
-                    if mode == "vector":
-                        ranked = conv["vec"]["turn"][qi]
-                    elif mode == "fulltext":
-                        ranked = conv["ft"][("turn", config["match"])][qi]
-                    else:
-                        ranked = app_fuse(
-                            config,
-                            conv["vec"]["turn"][qi],
-                            conv["ft"][("turn", "any")][qi],
-                            conv["app_neighbours"],
-                        )
-                    rows.append(metrics([i for i, _ in ranked[:10]], q["evidence"]))
-                per_conv.append(np.asarray(rows))
-            scores[mode].append(per_conv)
+
+    def ranking(mode: str, config: dict, conv: dict, qi: int) -> list:
+        if mode == "vector":
+            return conv["vec"]["turn"][qi]
+        if mode == "fulltext":
+            return conv["ft"][("turn", config["match"])][qi]
+        return app_fuse(
+            config, conv["vec"]["turn"][qi], conv["ft"][("turn", "any")][qi], conv["app_neighbours"]
+        )
+
+    scores = score_grids(convs, grids, ranking)
     folds: dict[str, list[dict]] = {}
     for mode, grid in grids.items():
         folds[mode] = []
