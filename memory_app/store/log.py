@@ -10,9 +10,10 @@ transaction. A failed statement rolls both back, so a cursor is never skipped.
 The hot paths on PostgreSQL (append, last N, the pages a window reads) skip the ORM's query
 compiler: their SQL is built once from the models' metadata and sent with server-side
 parameter binding (one fixed statement text whatever the batch size, so the server can reuse
-a prepared plan when the project enables ``prepare_threshold``). They still go through
-Django's cursor wrapper, so transactions, error translation, query logging and
-``execute_wrapper`` hooks see them like any other query.
+a prepared plan when the project enables ``prepare_threshold``), on one psycopg cursor kept
+per connection (``_query``). Django's rules still apply: no statement inside a broken
+transaction, database errors as Django's, and query logging and ``execute_wrapper`` hooks see
+them like any other query.
 """
 
 from __future__ import annotations
