@@ -392,7 +392,7 @@ def _query(connection, sql: str, params) -> list:
     """
     raw = _statement_cursor(connection)
     if connection.queries_logged or connection.execute_wrappers:
-        if connection.queries_logged or connection.execute_wrappers:
+        if connection.queries_logged:
             wrapped = connection.make_debug_cursor(raw)
         else:
             wrapped = connection.make_cursor(raw)

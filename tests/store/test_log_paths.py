@@ -192,12 +192,14 @@ def test_hot_statements_are_seen_by_execute_wrappers(mem):
         return execute(sql, params, many, context)
 
     mem.add({"role": "user", "content": "before"})  # outside the wrapper: not seen
+    logged = len(connection.queries_log)
     with connection.execute_wrapper(spy):
         mem.add({"role": "user", "content": "hi"})
         mem.add_many([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])
         assert [m.content for m in mem.last(2)] == ["a", "b"]
     assert len(seen) == 3  # two appends and one read, each one statement
     assert seen[0] == seen[1] == ["WITH", "bumped"] and seen[2][0] == "SELECT"
+    assert len(connection.queries_log) == logged  # a wrapper is not query logging (DEBUG off)
 
 
 @pytest.mark.postgres
