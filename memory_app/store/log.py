@@ -384,11 +384,12 @@ def _query(connection, sql: str, params) -> list:
     these statements always bind server-side.
 
     The psycopg cursor is kept on the connection and reused: a fresh cursor starts with empty
-    dumper and loader caches, and building a Django cursor wrapper around it costs as much
-    again; together about a third of a single append. What the wrapper does still happens:
-    the statement fails inside a broken transaction, database errors become Django's, and
-    when queries are logged (``DEBUG``) or an ``execute_wrapper`` is installed the statement
-    goes through the wrapper itself, so they see it like any other query.
+    dumper and loader caches, and a Django cursor wrapper around it adds its own layers;
+    together about 40 us of a single append (a quarter of its Python time). What the wrapper
+    does still happens: the statement fails inside a broken transaction, database errors
+    become Django's, and when queries are logged (``DEBUG``) or an ``execute_wrapper`` is
+    installed the statement goes through the wrapper itself, so they see it like any other
+    query.
     """
     raw = _statement_cursor(connection)
     if connection.queries_logged or connection.execute_wrappers:
