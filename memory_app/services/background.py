@@ -365,16 +365,14 @@ class _DeferredRunner:
         self.thread.start()
 
     def submit(self, session_id) -> None:
-        key = str(session_id)
         with self.condition:
-            if self.queue:
-                # The thread is gathering until a deadline the first session set: waking it
-                # for every append would only cost this thread a switch per append.
-                self.queue[key] = None
-                return
-            self.since = time.monotonic()
-            self.queue[key] = None
-            self.condition.notify_all()
+            first = not self.queue
+            self.queue[str(session_id)] = None
+            # Only the first session sets the deadline and wakes the thread: it gathers until
+            # then anyway, and waking it for every append would cost a switch per append.
+            if first:
+                self.since = time.monotonic()
+                self.condition.notify_all()
 
     def drain(self, timeout: float | None = None) -> bool:
         """Handle what waits now and wait until every submitted job has run; whether it did

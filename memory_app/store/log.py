@@ -426,16 +426,16 @@ def _statement_cursor(connection):
     connection.close_if_health_check_failed()
     connection.ensure_connection()  # also refuses to run in an event loop (async_unsafe)
     database = connection.connection
-    kept = getattr(connection, "_memory_app_cursor", None)
+    # A connection shared between threads (a live test server's) gets one cursor per call:
+    # another thread could run a statement between this one's execute and fetch.
+    shared = connection.allow_thread_sharing
+    kept = None if shared else getattr(connection, "_memory_app_cursor", None)
     if kept is not None and kept.connection is database and not kept.closed:
-        # A connection shared between threads (a live test server's) gets one cursor per call:
-        # another thread could run a statement between this one's execute and fetch.
-        if not connection.allow_thread_sharing:
-            return kept
+        return kept
     with connection.wrap_database_errors:
         raw = Cursor(database)
     raw.format = Format.BINARY
-    if not connection.allow_thread_sharing:
+    if not shared:
         connection._memory_app_cursor = raw
     return raw
 
