@@ -11,10 +11,13 @@ is done (look again and the effect is either fully there or absent, never still 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
+from django.db import connections
 
 T = TypeVar("T")
 
@@ -38,3 +41,28 @@ async def run_write(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
             work.exception()  # retrieved, so asyncio does not log it as never retrieved
         raise cancelled
     return work.result()
+
+
+@contextmanager
+def worker_thread_connection() -> Iterator[None]:
+    """Close again the database connections opened just for this call on a worker thread.
+
+    Frameworks call a store on short-lived or pooled executor threads (LangChain's
+    ``RunnableParallel``, LangGraph's background writes); Django leaves closing connections to
+    code that runs queries on its own threads, so without this each call would leave a
+    connection open until the thread ends.
+    """
+    if threading.current_thread() is threading.main_thread():
+        yield
+        return
+    opened_before = {c.alias for c in connections.all(initialized_only=True) if c.connection}
+    try:
+        yield
+    finally:
+        for connection in connections.all(initialized_only=True):
+            if (
+                connection.alias not in opened_before
+                and connection.connection is not None
+                and not connection.in_atomic_block
+            ):
+                connection.close()

@@ -90,20 +90,53 @@ def decrypt_text(value: str) -> str:
     """The plaintext of a stored value; a value without the prefix is returned as it is."""
     if not is_encrypted(value):
         return value
+    try:
+        return _decrypt(value[len(ENCRYPTED_PREFIX) :].encode("ascii")).decode("utf-8")
+    except UnicodeError as err:
+        raise _undecryptable() from err
+
+
+def encrypt_bytes(data: bytes | None) -> bytes | None:
+    """Opaque bytes (a LangGraph channel value or pending write) encrypted with the newest key,
+    as ``ENCRYPTED_PREFIX`` + a Fernet token; unchanged when empty or encryption is off."""
+    box = fernet()
+    if box is None or not data:
+        return data
+    return _PREFIX_BYTES + box.encrypt(bytes(data))
+
+
+def decrypt_bytes(data: bytes | memoryview | None) -> bytes | None:
+    """The plaintext of stored bytes; bytes without the prefix are returned as they are."""
+    if data is None:
+        return None
+    data = bytes(data)
+    if not data.startswith(_PREFIX_BYTES):
+        return data
+    return _decrypt(data[len(_PREFIX_BYTES) :])
+
+
+_PREFIX_BYTES = ENCRYPTED_PREFIX.encode("ascii")
+
+
+def _undecryptable() -> DecryptionFailed:
+    return DecryptionFailed(
+        "an encrypted value cannot be decrypted with any of MEMORY_APP['ENCRYPTION_KEYS'] "
+        "(was the key it was written with removed?)"
+    )
+
+
+def _decrypt(token: bytes) -> bytes:
     box = fernet()
     if box is None:
         raise DecryptionFailed(
-            "an encrypted message was read but MEMORY_APP['ENCRYPTION_KEYS'] is empty"
+            "an encrypted value was read but MEMORY_APP['ENCRYPTION_KEYS'] is empty"
         )
     from cryptography.fernet import InvalidToken
 
     try:
-        return box.decrypt(value[len(ENCRYPTED_PREFIX) :].encode("ascii")).decode("utf-8")
-    except (InvalidToken, UnicodeError) as err:
-        raise DecryptionFailed(
-            "an encrypted message cannot be decrypted with any of MEMORY_APP['ENCRYPTION_KEYS'] "
-            "(was the key it was written with removed?)"
-        ) from err
+        return box.decrypt(token)
+    except InvalidToken as err:
+        raise _undecryptable() from err
 
 
 # -- rows -------------------------------------------------------------------------------------

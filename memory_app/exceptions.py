@@ -115,6 +115,19 @@ class UnknownModel(FieldError):
     code = "unknown_model"
 
 
+class InvalidCheckpoint(FieldError):
+    """A LangGraph checkpoint, pending write or its config is unacceptable (a missing
+    ``thread_id``, an id too long, metadata that is not JSON...). ``field`` names it."""
+
+    code = "invalid_checkpoint"
+
+
+class InvalidItem(FieldError):
+    """A store item (namespace, key, value, TTL, search filter) is unacceptable."""
+
+    code = "invalid_item"
+
+
 class InvalidOwner(MemoryStoreError, ValueError):
     """An operation on one owner's data was not given an owner (``None`` or ``ANY_OWNER``)."""
 
@@ -220,6 +233,8 @@ CATALOGUE: tuple[type[MemoryStoreError], ...] = (
     InvalidExport,
     InvalidSearch,
     UnknownModel,
+    InvalidCheckpoint,
+    InvalidItem,
     InvalidOwner,
     SessionNotFound,
     SessionExists,

@@ -331,3 +331,243 @@ class Embedding(models.Model):
 
     def __str__(self) -> str:
         return f"{self.session_id}#{self.cursor} [{self.model}]"
+
+
+# ---- LangGraph state: checkpoints of a thread (a thread is a session) ---------------------------
+# Checkpoint rows keep what LangGraph needs to list and filter (ids, parent, metadata, the channel
+# versions) as JSON; channel values and pending writes are opaque serialised blobs, stored once
+# per (channel, version) so a step that changes one channel does not copy the others.
+# They hang off the session, so its owner scoping, retention, erase and export cover them.
+
+
+class Checkpoint(models.Model):
+    session = models.ForeignKey(
+        Session,
+        verbose_name="session",
+        on_delete=models.CASCADE,
+        related_name="checkpoints",
+        db_index=False,  # the unique index below starts with the session
+    )
+    checkpoint_ns = models.CharField(
+        "checkpoint namespace",
+        max_length=255,
+        blank=True,
+        default="",
+        help_text="Empty for the root graph; 'node:task' for a subgraph.",
+    )
+    checkpoint_id = models.CharField(
+        "checkpoint id", max_length=64, help_text="Time-ordered (uuid6): newest sorts last."
+    )
+    parent_checkpoint_id = models.CharField(
+        "parent checkpoint id", max_length=64, blank=True, default=""
+    )
+    run_id = models.CharField(
+        "run id",
+        max_length=255,
+        blank=True,
+        default="",
+        help_text="The run that wrote it (from its metadata), for deleting a run's checkpoints.",
+    )
+    checkpoint = models.JSONField(
+        "checkpoint", help_text="The checkpoint without its channel values (ids, versions)."
+    )
+    metadata = models.JSONField("metadata", default=dict, blank=True)
+    created_at = models.DateTimeField("created", default=timezone.now, editable=False)
+
+    class Meta:
+        verbose_name = "checkpoint"
+        verbose_name_plural = "checkpoints"
+        ordering = ["session", "checkpoint_ns", "-checkpoint_id"]
+        constraints = [
+            # Also the index behind "latest of a thread" and "list newest first".
+            models.UniqueConstraint(
+                fields=["session", "checkpoint_ns", "checkpoint_id"],
+                name="memory_checkpoint_id_uniq",
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=["run_id"], name="memory_checkpoint_run_idx", condition=~Q(run_id="")
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.session_id} {self.checkpoint_ns or '(root)'} {self.checkpoint_id}"
+
+
+class CheckpointBlob(models.Model):
+    session = models.ForeignKey(
+        Session,
+        verbose_name="session",
+        on_delete=models.CASCADE,
+        related_name="checkpoint_blobs",
+        db_index=False,
+    )
+    checkpoint_ns = models.CharField("checkpoint namespace", max_length=255, blank=True, default="")
+    channel = models.CharField("channel", max_length=255)
+    version = models.CharField("version", max_length=64)
+    type = models.CharField(
+        "type", max_length=32, help_text="The serialiser's type tag ('empty': no value)."
+    )
+    blob = models.BinaryField(
+        "value", null=True, blank=True, help_text="Encrypted when keys are set."
+    )
+
+    class Meta:
+        verbose_name = "checkpoint channel value"
+        verbose_name_plural = "checkpoint channel values"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["session", "checkpoint_ns", "channel", "version"],
+                name="memory_checkpoint_blob_uniq",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.session_id} {self.channel}@{self.version}"
+
+
+class CheckpointWrite(models.Model):
+    session = models.ForeignKey(
+        Session,
+        verbose_name="session",
+        on_delete=models.CASCADE,
+        related_name="checkpoint_writes",
+        db_index=False,
+    )
+    checkpoint_ns = models.CharField("checkpoint namespace", max_length=255, blank=True, default="")
+    checkpoint_id = models.CharField("checkpoint id", max_length=64)
+    task_id = models.CharField("task id", max_length=255)
+    task_path = models.CharField("task path", max_length=1024, blank=True, default="")
+    idx = models.IntegerField("index", help_text="Position in the task's writes (<0: special).")
+    channel = models.CharField("channel", max_length=255)
+    type = models.CharField("type", max_length=32)
+    blob = models.BinaryField(
+        "value", null=True, blank=True, help_text="Encrypted when keys are set."
+    )
+
+    class Meta:
+        verbose_name = "pending write"
+        verbose_name_plural = "pending writes"
+        constraints = [
+            # A task's write stored twice (a retried step) is one row.
+            models.UniqueConstraint(
+                fields=["session", "checkpoint_ns", "checkpoint_id", "task_id", "idx"],
+                name="memory_checkpoint_write_uniq",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.checkpoint_id} {self.task_id}[{self.idx}] {self.channel}"
+
+
+# ---- an owner's items: LangGraph's long-term store, and learned memories to come ----------------
+class ItemQuerySet(models.QuerySet):
+    def for_owner(self, owner_id) -> ItemQuerySet:
+        """Items of one owner; ``None`` means the ownerless ones (never everybody's)."""
+        if owner_id is None:
+            return self.filter(owner__isnull=True)
+        return self.filter(owner_id=owner_id)
+
+    def current(self, now=None) -> ItemQuerySet:
+        """The versions in force: not superseded, not expired."""
+        now = now or timezone.now()
+        return self.filter(invalid_at__isnull=True).filter(
+            Q(expires_at__isnull=True) | Q(expires_at__gt=now)
+        )
+
+
+class Item(models.Model):
+    """A value an owner keeps under a namespace and key (LangGraph's ``BaseStore`` item).
+
+    Built to hold what an agent learns about an owner too: a version is superseded, not
+    overwritten, when ``invalid_at`` is set (the history stays readable), and ``session`` and
+    ``source_cursors`` say where it came from. Only one version of a key is in force at a time
+    (a partial unique constraint). ``vector`` and ``search_vector`` serve search by meaning and
+    by words (a GIN index on PostgreSQL, created by migration 0006).
+    """
+
+    id = models.UUIDField("id", primary_key=True, default=uuid.uuid4, editable=False)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        verbose_name="owner",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="memory_items",
+        help_text="Whose item it is; empty for ownerless (service) items.",
+    )
+    namespace = models.CharField(
+        "namespace",
+        max_length=1024,
+        help_text="The namespace's labels joined by '.' (labels never contain one).",
+    )
+    key = models.CharField("key", max_length=255)
+    value = models.JSONField("value", help_text="A JSON object.")
+    kind = models.CharField(
+        "kind", max_length=32, default="item", help_text="'item': put through the store."
+    )
+    session = models.ForeignKey(
+        Session,
+        verbose_name="source session",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="The session it was learned in, if any.",
+    )
+    source_cursors = models.JSONField(
+        "source cursors",
+        default=list,
+        blank=True,
+        help_text="Cursors of the messages it came from.",
+    )
+    importance = models.FloatField("importance", null=True, blank=True)
+    valid_from = models.DateTimeField("valid from", default=timezone.now)
+    invalid_at = models.DateTimeField(
+        "invalid from", null=True, blank=True, help_text="Set when a newer version supersedes it."
+    )
+    created_at = models.DateTimeField("created", default=timezone.now, editable=False)
+    updated_at = models.DateTimeField("updated", default=timezone.now)
+    expires_at = models.DateTimeField(
+        "expires", null=True, blank=True, help_text="Not read after this time; swept later."
+    )
+    ttl_minutes = models.FloatField(
+        "TTL (minutes)",
+        null=True,
+        blank=True,
+        help_text="A read moves the expiry this far ahead (refresh on read).",
+    )
+    embedding_model = models.CharField("embedding model", max_length=200, blank=True, default="")
+    vector = VectorField("vector", null=True, blank=True)
+    search_vector = SearchVectorField("full-text vector", null=True, blank=True, editable=False)
+
+    objects = ItemQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = "store item"
+        verbose_name_plural = "store items"
+        ordering = ["namespace", "key"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["owner", "namespace", "key"],
+                condition=Q(invalid_at__isnull=True),
+                name="memory_item_current_uniq",
+            ),
+            models.UniqueConstraint(
+                fields=["namespace", "key"],
+                condition=Q(invalid_at__isnull=True, owner__isnull=True),
+                name="memory_item_ownerless_current_uniq",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["owner", "namespace", "key"], name="memory_item_owner_ns_idx"),
+            models.Index(
+                fields=["expires_at"],
+                name="memory_item_expires_idx",
+                condition=Q(expires_at__isnull=False),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.key}"

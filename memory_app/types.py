@@ -210,9 +210,32 @@ class ErasedRows:
     messages: int = 0
     snapshots: int = 0
     embeddings: int = 0
+    checkpoints: int = 0
+    checkpoint_blobs: int = 0
+    checkpoint_writes: int = 0
+    items: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class StoredCheckpoint:
+    """A checkpoint as stored: the framework's own data, decrypted, not yet deserialised.
+
+    ``values`` maps each channel to its ``(type, bytes)`` as the serialiser wrote them;
+    ``writes`` are the pending writes ``(task_id, channel, type, bytes)`` in replay order."""
+
+    session_id: uuid.UUID
+    thread_id: str
+    checkpoint_ns: str
+    checkpoint_id: str
+    parent_checkpoint_id: str
+    checkpoint: dict
+    metadata: dict
+    values: dict[str, tuple[str, bytes]]
+    writes: list[tuple[str, str, str, bytes]]
+    created_at: dt.datetime | None = None
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from django.utils.dateparse import parse_datetime
 from .conf import memory_settings
 from .encryption import ENCRYPTED_PREFIX
 from .exceptions import (
+    InvalidCheckpoint,
     InvalidCursor,
     InvalidExport,
     InvalidMessage,
@@ -36,7 +37,7 @@ from .exceptions import (
     MemoryStoreError,
     MessageTooLarge,
 )
-from .models import Message, Role, Session, Snapshot
+from .models import Checkpoint, CheckpointWrite, Message, Role, Session, Snapshot
 from .types import NewMessage, SnapshotView, StoredMessage
 
 # ---- limits ------------------------------------------------------------------------------------
@@ -49,6 +50,12 @@ MAX_TOOL_CALL_ID = Message._meta.get_field("tool_call_id").max_length
 MAX_IDEMPOTENCY_KEY = Message._meta.get_field("idempotency_key").max_length
 MAX_MODEL = Snapshot._meta.get_field("model").max_length
 #: The largest cursor (PostgreSQL's bigint).
+MAX_CHECKPOINT_NS = Checkpoint._meta.get_field("checkpoint_ns").max_length
+MAX_CHECKPOINT_ID = Checkpoint._meta.get_field("checkpoint_id").max_length
+MAX_RUN_ID = Checkpoint._meta.get_field("run_id").max_length
+MAX_TASK_ID = CheckpointWrite._meta.get_field("task_id").max_length
+MAX_TASK_PATH = CheckpointWrite._meta.get_field("task_path").max_length
+MAX_CHANNEL = CheckpointWrite._meta.get_field("channel").max_length
 MAX_CURSOR = 2**63 - 1
 #: The largest cursor an import may set: the largest integer JSON clients (JavaScript's numbers)
 #: hold exactly, and far enough below MAX_CURSOR that appends after an import cannot overflow.
@@ -237,6 +244,63 @@ def check_metadata_key(key: Any, value: Any) -> None:
         raise InvalidSession("metadata", "a metadata key must be a non-empty string")
     if problem := unstorable(key) or unstorable(value):
         raise InvalidSession("metadata", problem)
+
+
+# ---- checkpoints (LangGraph state) --------------------------------------------------------------
+def _checkpoint_text(value: Any, field: str, longest: int, *, empty: bool = True) -> str:
+    if not isinstance(value, str) or len(value) > longest or (not empty and not value):
+        kind = "a string" if empty else "a non-empty string"
+        raise InvalidCheckpoint(field, f"must be {kind} of at most {longest} characters")
+    if problem := unstorable(value):
+        raise InvalidCheckpoint(field, problem)
+    return value
+
+
+def check_thread_id(value: Any) -> str:
+    """A thread id (the session key it is stored under): a non-empty string or an integer."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    if not isinstance(value, str) or not value.strip() or len(value) > MAX_KEY:
+        raise InvalidCheckpoint(
+            "thread_id", f"must be a non-empty string of at most {MAX_KEY} characters"
+        )
+    if problem := unstorable(value):
+        raise InvalidCheckpoint("thread_id", problem)
+    return value
+
+
+def check_checkpoint_ref(checkpoint_ns: Any, checkpoint_id: Any = None) -> tuple[str, str | None]:
+    """A checkpoint namespace and (optional) id as a config names them."""
+    ns = _checkpoint_text(
+        "" if checkpoint_ns is None else checkpoint_ns, "checkpoint_ns", MAX_CHECKPOINT_NS
+    )
+    if checkpoint_id is not None:
+        checkpoint_id = _checkpoint_text(
+            checkpoint_id, "checkpoint_id", MAX_CHECKPOINT_ID, empty=False
+        )
+    return ns, checkpoint_id
+
+
+def check_checkpoint(checkpoint: Any, metadata: Any) -> tuple[dict, dict, str]:
+    """A checkpoint (without channel values) and its metadata, as JSON the database stores;
+    returns them with the metadata's run id ("" without one)."""
+    if not isinstance(checkpoint, dict):
+        raise InvalidCheckpoint("checkpoint", "must be a checkpoint (a dict)")
+    _checkpoint_text(checkpoint.get("id"), "checkpoint.id", MAX_CHECKPOINT_ID, empty=False)
+    if problem := unstorable(checkpoint):
+        raise InvalidCheckpoint("checkpoint", problem)
+    check_metadata(metadata, error=InvalidCheckpoint)
+    run_id = metadata.get("run_id") or ""
+    if not isinstance(run_id, str):
+        run_id = str(run_id)
+    return checkpoint, metadata, _checkpoint_text(run_id, "metadata.run_id", MAX_RUN_ID)
+
+
+def check_write(task_id: Any, task_path: Any, channel: Any) -> None:
+    """The task and channel of one pending write."""
+    _checkpoint_text(task_id, "task_id", MAX_TASK_ID, empty=False)
+    _checkpoint_text(task_path, "task_path", MAX_TASK_PATH)
+    _checkpoint_text(channel, "channel", MAX_CHANNEL, empty=False)
 
 
 # ---- messages ----------------------------------------------------------------------------------

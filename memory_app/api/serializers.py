@@ -487,6 +487,10 @@ class ErasedRowsSerializer(serializers.Serializer):
     messages = serializers.IntegerField(help_text="Messages deleted.")
     snapshots = serializers.IntegerField(help_text="Snapshots deleted.")
     embeddings = serializers.IntegerField(help_text="Embeddings deleted.")
+    checkpoints = serializers.IntegerField(help_text="LangGraph checkpoints deleted.")
+    checkpoint_blobs = serializers.IntegerField(help_text="Their stored channel values deleted.")
+    checkpoint_writes = serializers.IntegerField(help_text="Their pending writes deleted.")
+    items = serializers.IntegerField(help_text="Store items (LangGraph's store) deleted.")
 
     def to_representation(self, instance) -> dict[str, Any]:
         return instance.as_dict()

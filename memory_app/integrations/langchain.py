@@ -22,18 +22,14 @@ should see, converted from the OpenAI form (metadata such as message ids is not 
 from __future__ import annotations
 
 import json
-import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.db import connections, router
 
-from ..aio import run_write
+from ..aio import run_write, worker_thread_connection
 from ..exceptions import InvalidMessage
 from ..memory import Memory, SessionMemory
-from ..models import Message
 from ..types import StoredMessage
 from ..validation import ALLOWED_KEYS, PART_TYPES
 
@@ -144,27 +140,6 @@ def from_stored(stored: StoredMessage) -> BaseMessage:
     return convert_to_messages([stored.as_openai()])[0]
 
 
-@contextmanager
-def _worker_thread_connection() -> Iterator[None]:
-    """Close again a database connection opened just for this call on a worker thread.
-
-    LangChain reads histories on short-lived executor threads (``RunnableParallel``); Django
-    leaves closing connections to code that runs queries on its own threads, so without this
-    each invocation would leave a connection open until garbage collection.
-    """
-    if threading.current_thread() is threading.main_thread():
-        yield
-        return
-    aliases = {router.db_for_read(Message), router.db_for_write(Message)}
-    fresh = [connections[a] for a in aliases if connections[a].connection is None]
-    try:
-        yield
-    finally:
-        for connection in fresh:
-            if not connection.in_atomic_block:
-                connection.close()
-
-
 class DjangoChatMessageHistory(BaseChatMessageHistory):
     """A session's messages as a LangChain chat history (sync and async).
 
@@ -206,17 +181,17 @@ class DjangoChatMessageHistory(BaseChatMessageHistory):
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]
         """The whole log, oldest first, or the context window when a budget is set."""
-        with _worker_thread_connection():
+        with worker_thread_connection():
             return self._read()
 
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
         """Append the messages atomically, in order: all stored or none."""
-        with _worker_thread_connection():
+        with worker_thread_connection():
             self._add(messages)
 
     def clear(self) -> None:
         """Remove every message (cursors are never reused)."""
-        with _worker_thread_connection():
+        with worker_thread_connection():
             self.memory.clear()
 
     # -- async (the ORM is synchronous: run in a thread, as Django's own async ORM does) --------

@@ -31,9 +31,9 @@ from django.utils import timezone
 
 from ..conf import memory_settings
 from ..exceptions import InvalidCursor, InvalidSession
-from ..models import Embedding, Message, Session
+from ..models import Checkpoint, Embedding, Message, Session
 from ..providers.embeddings import get_embedder
-from ..store import policies, sessions, snapshots
+from ..store import checkpoints, policies, sessions, snapshots
 from . import background
 
 __all__ = [
@@ -43,6 +43,7 @@ __all__ = [
     "prune_idle",
     "sweep_embeddings",
     "sweep_summaries",
+    "trim_checkpoints",
     "trim_to_policy",
 ]
 
@@ -186,11 +187,36 @@ def trim_to_policy(
     return {"sessions": trimmed, "messages": deleted, "batches": batches}
 
 
+def trim_checkpoints(
+    batch_size: int | None = None, *, namespace: str | None = None, max_batches: int | None = None
+) -> dict[str, int]:
+    """Bound the LangGraph checkpoints of threads in namespaces whose policy sets
+    ``max_checkpoints``: keep that many of each checkpoint namespace, newest first, with their
+    writes and values; delete the rest. Returns ``{"sessions", "checkpoints", "batches"}``."""
+    batch_size = _batch_size(batch_size)
+    max_batches = _max_batches(max_batches)
+    results: Counter = Counter()
+    for where, policy in policies.namespaces_where("max_checkpoints"):
+        holding = Session.objects.filter(
+            where, Exists(Checkpoint.objects.filter(session=OuterRef("pk")))
+        )
+        if namespace is not None:
+            holding = holding.filter(namespace=namespace)
+        for ids in _pages(holding, batch_size, max_batches):
+            results["batches"] += 1
+            for session_id in ids:
+                gone = checkpoints.prune([session_id], keep=policy.max_checkpoints)
+                results["sessions"] += bool(gone)
+                results["checkpoints"] += gone
+    return {key: results[key] for key in ("sessions", "checkpoints", "batches")}
+
+
 def apply_retention(
     batch_size: int | None = None, now: dt.datetime | None = None
 ) -> dict[str, dict]:
     """Everything the ``RETENTION`` policies ask for, in one run: expired sessions go, sessions
-    idle longer than their namespace's ``idle`` go, logs are trimmed to ``max_messages``."""
+    idle longer than their namespace's ``idle`` go, logs are trimmed to ``max_messages`` and
+    LangGraph threads to ``max_checkpoints``."""
     now = now or timezone.now()
     idle: Counter = Counter()
     named = [ns for ns in policies.policies() if ns != policies.DEFAULT_ENTRY]
@@ -207,6 +233,7 @@ def apply_retention(
             key: idle[key] for key in ("sessions", "messages", "snapshots", "embeddings", "batches")
         },
         "trimmed": trim_to_policy(batch_size),
+        "checkpoints": trim_checkpoints(batch_size),
     }
 
 

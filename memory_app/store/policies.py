@@ -15,6 +15,9 @@ Keys of a policy (all optional):
 - ``max_messages``: the most messages the working log keeps. The retention sweep deletes the
   oldest messages beyond it, but only messages a snapshot already covers, and never system or
   remembered ones: nothing the agent still needs goes.
+- ``max_checkpoints``: the most LangGraph checkpoints a thread keeps per checkpoint namespace
+  (``integrations.langgraph.DjangoSaver``); the retention sweep deletes older ones with their
+  pending writes and the channel values only they named. The newest always stays.
 - ``idle``: sessions not updated for this long are deleted by the retention sweep.
 
 The policy of a namespace is its own entry, else the ``"*"`` entry, else none. A bad setting is
@@ -35,7 +38,7 @@ from django.db.models import Case, F, Q, Value, When
 from ..conf import memory_settings
 
 DEFAULT_ENTRY = "*"
-KEYS = ("ttl", "sliding", "max_messages", "idle")
+KEYS = ("ttl", "sliding", "max_messages", "max_checkpoints", "idle")
 _DURATION = re.compile(r"^\s*(\d+)\s*([smhdw])\s*$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
@@ -65,6 +68,7 @@ class Policy:
     sliding: bool = False
     max_messages: int | None = None
     idle: dt.timedelta | None = None
+    max_checkpoints: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -72,8 +76,16 @@ class Policy:
             "ttl": self.ttl,
             "sliding": self.sliding,
             "max_messages": self.max_messages,
+            "max_checkpoints": self.max_checkpoints,
             "idle": self.idle,
         }
+
+
+def _positive(entry: dict, key: str, where: str) -> int | None:
+    value = entry.get(key)
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        raise ValueError(f"{where}[{key!r}]: a positive integer, not {value!r}")
+    return value
 
 
 def parse(setting: Any) -> dict[str, Policy]:
@@ -106,13 +118,13 @@ def parse(setting: Any) -> dict[str, Policy]:
             raise ValueError(f"{where}['sliding']: True or False, not {sliding!r}")
         if sliding and ttl is None:
             raise ValueError(f"{where}['sliding']: a sliding expiry needs a 'ttl'")
-        max_messages = entry.get("max_messages")
-        if max_messages is not None and (
-            not isinstance(max_messages, int) or isinstance(max_messages, bool) or max_messages < 1
-        ):
-            raise ValueError(f"{where}['max_messages']: a positive integer, not {max_messages!r}")
         policies[namespace] = Policy(
-            namespace, ttl=ttl, sliding=sliding, max_messages=max_messages, idle=idle
+            namespace,
+            ttl=ttl,
+            sliding=sliding,
+            max_messages=_positive(entry, "max_messages", where),
+            max_checkpoints=_positive(entry, "max_checkpoints", where),
+            idle=idle,
         )
     return policies
 

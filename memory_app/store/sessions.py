@@ -19,7 +19,16 @@ from django.utils import timezone
 
 from ..conf import memory_settings
 from ..exceptions import SessionExists, SessionNotFound
-from ..models import Embedding, Message, Session, Snapshot
+from ..models import (
+    Checkpoint,
+    CheckpointBlob,
+    CheckpointWrite,
+    Embedding,
+    Item,
+    Message,
+    Session,
+    Snapshot,
+)
 from ..types import ANY_OWNER, ErasedRows, SessionInfo
 from ..validation import check_metadata, check_metadata_key, check_session_fields
 from . import policies
@@ -237,12 +246,13 @@ def delete_rows(
     owner_id: Any = None,
     progress: Callable[[str, int], None] | None = None,
 ) -> ErasedRows:
-    """Delete everything under ``sessions`` (a Session queryset), and the sessions themselves
-    unless ``keep_sessions``: one DELETE per table, children first, nothing loaded into memory.
+    """Delete everything under ``sessions`` (a Session queryset: messages, snapshots,
+    embeddings, LangGraph checkpoints), and the sessions themselves unless ``keep_sessions``: one
+    DELETE per table, children first, nothing loaded into memory.
 
     Call it inside a transaction that holds the sessions' row locks. ``owner_id`` also deletes
-    embeddings filed under that owner whatever their session. ``progress(table, rows)`` is
-    called after each table.
+    embeddings filed under that owner whatever their session, and the owner's store items.
+    ``progress(table, rows)`` is called after each table.
     """
     using = _write_db()
     ids = sessions.values("pk")
@@ -260,7 +270,14 @@ def delete_rows(
         counts["embeddings"] += Embedding.objects.filter(owner_id=owner_id)._raw_delete(using)
     gone("messages", Message.objects.filter(session_id__in=ids))
     gone("snapshots", Snapshot.objects.filter(session_id__in=ids))
+    gone("checkpoint_writes", CheckpointWrite.objects.filter(session_id__in=ids))
+    gone("checkpoint_blobs", CheckpointBlob.objects.filter(session_id__in=ids))
+    gone("checkpoints", Checkpoint.objects.filter(session_id__in=ids))
+    if owner_id is not None:
+        gone("items", Item.objects.filter(owner_id=owner_id))
     if not keep_sessions:
+        # Items learned in a session outlive it (they are the owner's): only their link goes.
+        Item.objects.filter(session_id__in=ids).update(session=None)
         gone("sessions", Session.objects.filter(pk__in=ids))
     return ErasedRows(**counts)
 

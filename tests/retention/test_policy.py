@@ -27,6 +27,7 @@ def test_policy_for_a_namespace_its_own_entry_else_the_default(settings):
         "ttl": dt.timedelta(days=14),
         "sliding": True,
         "max_messages": 500,
+        "max_checkpoints": None,
         "idle": None,
     }
     assert retention.policy_for("archive")["idle"] == dt.timedelta(days=90)
@@ -46,6 +47,8 @@ def test_policy_for_a_namespace_its_own_entry_else_the_default(settings):
         ({"a": {"ttl": "1d", "sliding": "yes"}}, "RETENTION['a']['sliding']"),
         ({"a": {"max_messages": 0}}, "RETENTION['a']['max_messages']"),
         ({"a": {"max_messages": True}}, "RETENTION['a']['max_messages']"),
+        ({"a": {"max_checkpoints": 0}}, "RETENTION['a']['max_checkpoints']"),
+        ({"a": {"max_checkpoints": "1"}}, "RETENTION['a']['max_checkpoints']"),
         ({"a": {"idle": -5}}, "RETENTION['a']['idle']"),
         ({"a": {"ttl": "1d", "max_mesages": 5}}, "unknown key(s) 'max_mesages'"),
         ({"a": ["ttl"]}, "RETENTION['a']"),

@@ -73,6 +73,10 @@ def test_erase_removes_every_row_of_the_requester_and_nothing_else(
         "messages": 10,
         "snapshots": 2,
         "embeddings": expected.get("Embedding", 0),
+        "checkpoints": 0,
+        "checkpoint_blobs": 0,
+        "checkpoint_writes": 0,
+        "items": 0,
     }
     assert owner_rows(user.pk) == dict.fromkeys(expected, 0)
     assert everything_but(user.pk) == others

@@ -86,6 +86,10 @@ def test_erase_leaves_zero_rows_of_the_owner_and_touches_nobody_else(
         "messages": 10,
         "snapshots": 2,
         "embeddings": before.get("Embedding", 0),
+        "checkpoints": 0,
+        "checkpoint_blobs": 0,
+        "checkpoint_writes": 0,
+        "items": 0,
     }
     assert get_user_model().objects.filter(pk=user.pk).exists()  # the user stays; only memory goes
     # Erasing again finds nothing, and the owner can start afresh.
