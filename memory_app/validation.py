@@ -30,6 +30,7 @@ from .exceptions import (
     InvalidCheckpoint,
     InvalidCursor,
     InvalidExport,
+    InvalidItem,
     InvalidMessage,
     InvalidSearch,
     InvalidSession,
@@ -37,7 +38,7 @@ from .exceptions import (
     MemoryStoreError,
     MessageTooLarge,
 )
-from .models import Checkpoint, CheckpointWrite, Message, Role, Session, Snapshot
+from .models import Checkpoint, CheckpointWrite, Item, Message, Role, Session, Snapshot
 from .types import NewMessage, SnapshotView, StoredMessage
 
 # ---- limits ------------------------------------------------------------------------------------
@@ -56,6 +57,9 @@ MAX_RUN_ID = Checkpoint._meta.get_field("run_id").max_length
 MAX_TASK_ID = CheckpointWrite._meta.get_field("task_id").max_length
 MAX_TASK_PATH = CheckpointWrite._meta.get_field("task_path").max_length
 MAX_CHANNEL = CheckpointWrite._meta.get_field("channel").max_length
+MAX_ITEM_NAMESPACE = Item._meta.get_field("namespace").max_length
+MAX_ITEM_KEY = Item._meta.get_field("key").max_length
+ITEM_OPERATORS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte")
 MAX_CURSOR = 2**63 - 1
 #: The largest cursor an import may set: the largest integer JSON clients (JavaScript's numbers)
 #: hold exactly, and far enough below MAX_CURSOR that appends after an import cannot overflow.
@@ -301,6 +305,84 @@ def check_write(task_id: Any, task_path: Any, channel: Any) -> None:
     _checkpoint_text(task_id, "task_id", MAX_TASK_ID, empty=False)
     _checkpoint_text(task_path, "task_path", MAX_TASK_PATH)
     _checkpoint_text(channel, "channel", MAX_CHANNEL, empty=False)
+
+
+# ---- store items (an owner's namespaced values) --------------------------------------------------
+def check_item_namespace(
+    namespace: Any, *, field: str = "namespace", empty: bool = False, wildcard: bool = False
+) -> tuple[str, ...]:
+    """A namespace: a tuple (or list) of non-empty labels without ``.`` or NUL, at most
+    ``MAX_ITEM_NAMESPACE`` characters joined; ``empty`` allows ``()``, ``wildcard`` allows
+    ``*`` labels (listing)."""
+    if isinstance(namespace, str) and wildcard:
+        namespace = (namespace,)
+    if not isinstance(namespace, (tuple, list)) or (not namespace and not empty):
+        raise InvalidItem(field, "must be a non-empty tuple of labels")
+    for label in namespace:
+        if not isinstance(label, str) or not label:
+            raise InvalidItem(field, f"labels must be non-empty strings, not {label!r}")
+        if "." in label:
+            raise InvalidItem(field, f"labels must not contain '.', got {label!r}")
+        if problem := unstorable(label):
+            raise InvalidItem(field, problem)
+    if len(".".join(namespace)) > MAX_ITEM_NAMESPACE:
+        raise InvalidItem(field, f"must be at most {MAX_ITEM_NAMESPACE} characters joined")
+    return tuple(namespace)
+
+
+def check_item_key(key: Any) -> str:
+    if not isinstance(key, str) or not key or len(key) > MAX_ITEM_KEY:
+        raise InvalidItem("key", f"must be a non-empty string of at most {MAX_ITEM_KEY} characters")
+    if problem := unstorable(key):
+        raise InvalidItem("key", problem)
+    return key
+
+
+def check_item_value(value: Any) -> dict:
+    """An item's value: a JSON object, at most ``MAX_MESSAGE_BYTES``."""
+    if not isinstance(value, dict):
+        raise InvalidItem("value", "must be a JSON object (a dict)")
+    if problem := unstorable(value):
+        raise InvalidItem("value", problem)
+    limit = memory_settings.MAX_MESSAGE_BYTES
+    if (size := _size(value)) > limit:
+        raise InvalidItem("value", f"is {size} bytes; the limit is {limit} (MAX_MESSAGE_BYTES)")
+    return value
+
+
+def check_ttl(value: Any) -> float | None:
+    """A TTL in minutes: a positive finite number, or ``None`` (never expires)."""
+    if value is None:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise InvalidItem("ttl", f"must be a positive number of minutes or None, not {value!r}")
+    return float(value)
+
+
+def check_item_filter(value: Any) -> dict:
+    """A search filter: ``{key: value}`` or ``{key: {"$gt": n, ...}}`` on top-level value keys."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InvalidItem("filter", "must be a dict of value keys and conditions")
+    if problem := unstorable(value):
+        raise InvalidItem("filter", problem)
+    for key, wanted in value.items():
+        if not key or "__" in key:
+            raise InvalidItem("filter", f"keys must be non-empty and without '__', got {key!r}")
+        if isinstance(wanted, dict) and any(k.startswith("$") for k in wanted):
+            unknown = sorted(k for k in wanted if k not in ITEM_OPERATORS)
+            if unknown:
+                raise InvalidItem(
+                    "filter",
+                    f"unknown operator(s) {', '.join(unknown)}; known: {', '.join(ITEM_OPERATORS)}",
+                )
+    return value
 
 
 # ---- messages ----------------------------------------------------------------------------------

@@ -29,19 +29,23 @@ and a graph using delta channels should prune with ``keep`` larger than its snap
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from typing import Any
 
 from asgiref.sync import sync_to_async
 
 from ..aio import run_write, worker_thread_connection
-from ..exceptions import InvalidCheckpoint
+from ..exceptions import InvalidCheckpoint, InvalidItem
+from ..models import Item as StoredItem
+from ..services import items
 from ..store import checkpoints
+from ..store import items as item_store
 from ..types import StoredCheckpoint
 from ..validation import (
     check_checkpoint,
     check_checkpoint_ref,
     check_count,
+    check_item_namespace,
     check_thread_id,
     check_write,
     unstorable,
@@ -60,13 +64,31 @@ try:
         get_serializable_checkpoint_metadata,
     )
     from langgraph.checkpoint.serde.base import SerializerProtocol
+    from langgraph.store.base import (
+        BaseStore,
+        GetOp,
+        IndexConfig,
+        InvalidNamespaceError,
+        Item,
+        ListNamespacesOp,
+        NotProvided,
+        Op,
+        PutOp,
+        Result,
+        SearchItem,
+        SearchOp,
+        TTLConfig,
+        ensure_embeddings,
+        get_text_at_path,
+        tokenize_path,
+    )
 except ImportError as err:  # pragma: no cover - depends on the installed extras
     raise ImportError(
         "memory_app.integrations.langgraph needs LangGraph: "
         "pip install 'django-memory-app[langgraph]'"
     ) from err
 
-__all__ = ["DEFAULT_NAMESPACE", "DjangoSaver"]
+__all__ = ["DEFAULT_NAMESPACE", "DjangoSaver", "DjangoStore", "InvalidNamespace"]
 
 #: Namespace of the sessions a saver keeps threads in when none is given.
 DEFAULT_NAMESPACE = "langgraph"
@@ -364,3 +386,175 @@ class DjangoSaver(BaseCheckpointSaver[str]):
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         await run_write(self.prune, list(thread_ids), strategy=strategy)
+
+
+# ---- the store: an owner's items ---------------------------------------------------------------
+class InvalidNamespace(InvalidItem, InvalidNamespaceError):
+    """The rule book's ``InvalidItem`` for a namespace, also LangGraph's ``InvalidNamespaceError``
+    so code written for LangGraph's stores catches it as it would theirs."""
+
+
+class _IndexEmbedder:
+    """A LangGraph ``index`` config's embeddings as the items service embeds with."""
+
+    def __init__(self, embeddings: Any, dims: int) -> None:
+        self.embeddings = embeddings
+        self.name = f"langgraph:{type(embeddings).__name__}:{dims}"
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        return [list(map(float, v)) for v in self.embeddings.embed_documents(list(texts))]
+
+    def embed_query(self, text: str) -> list[float]:
+        return list(map(float, self.embeddings.embed_query(text)))
+
+
+class DjangoStore(BaseStore):
+    """LangGraph's ``BaseStore`` over an owner's items (``memory_app.models.Item``).
+
+    ``search(..., query=...)`` ranks by the app's hybrid recall (vector similarity and full text,
+    fused as ``FUSION`` says) with the configured embedder, or with the embeddings of an
+    ``index`` config (``{"dims": ..., "embed": ..., "fields": [...]}``) when one is given;
+    ``fields`` (default ``["$"]``, the whole value) say what text is indexed, and a put's own
+    ``index`` overrides them (``False``: not searchable by query). ``filter`` takes values or
+    ``$eq/$ne/$gt/$gte/$lt/$lte`` conditions on top-level value keys.
+
+    TTLs are minutes (``ttl`` config: ``default_ttl``, ``refresh_on_read``). An expired item is
+    never read, swept or not; ``sweep_ttl()`` (and the retention task) deletes them.
+    """
+
+    supports_ttl = True
+
+    def __init__(
+        self,
+        *,
+        owner: Any = None,
+        index: IndexConfig | None = None,
+        ttl: TTLConfig | None = None,
+        mode: str | None = None,
+    ) -> None:
+        self.owner = owner
+        self.ttl_config = ttl
+        self.mode = mode
+        self.index_config = dict(index) if index else None
+        self._embedder = None
+        self._fields: list[str] = ["$"]
+        if index:
+            embeddings = ensure_embeddings(index.get("embed"))
+            self.index_config["embed"] = embeddings
+            self._embedder = _IndexEmbedder(embeddings, index.get("dims", 0))
+            self._fields = list(index.get("fields") or ["$"])
+
+    def __repr__(self) -> str:
+        return f"<DjangoStore owner={getattr(self.owner, 'pk', self.owner)!r}>"
+
+    # -- ops -------------------------------------------------------------------------------------
+    @staticmethod
+    def _check(op: Op) -> None:
+        """The rule book's namespace checks, before anything in a batch runs."""
+        try:
+            if isinstance(op, (GetOp, PutOp)):
+                check_item_namespace(op.namespace)
+            elif isinstance(op, SearchOp):
+                check_item_namespace(op.namespace_prefix, field="namespace_prefix", empty=True)
+            elif isinstance(op, ListNamespacesOp):
+                for condition in op.match_conditions or ():
+                    check_item_namespace(condition.path, field="namespace", wildcard=True)
+            else:
+                raise InvalidItem("op", f"unknown store operation {type(op).__name__}")
+        except InvalidItem as err:
+            if err.field in ("namespace", "namespace_prefix"):
+                raise InvalidNamespace(err.field, err.reason) from None
+            raise
+
+    def _text(self, value: dict, index: Any) -> str | None:
+        if index is False:
+            return None
+        paths = self._fields if index is None else list(index)
+        texts = []
+        for path in paths:
+            texts += get_text_at_path(value, path if path == "$" else tokenize_path(path))
+        return "\n".join(t for t in texts if t) or None
+
+    def _ttl(self, ttl: Any) -> Any:
+        if isinstance(ttl, NotProvided):
+            return (self.ttl_config or {}).get("default_ttl")
+        return ttl  # checked by the rule book
+
+    def _refresh(self, refresh_ttl: bool | None) -> bool:
+        if refresh_ttl is not None:
+            return refresh_ttl
+        return (self.ttl_config or {}).get("refresh_on_read", True)
+
+    @staticmethod
+    def _item(stored: StoredItem, score: float | None = None, *, searched: bool = False) -> Item:
+        fields = {
+            "value": stored.value,
+            "key": stored.key,
+            "namespace": item_store.split(stored.namespace),
+            "created_at": stored.created_at,
+            "updated_at": stored.updated_at,
+        }
+        return SearchItem(**fields, score=score) if searched else Item(**fields)
+
+    def _run(self, op: Op) -> Result:
+        if isinstance(op, GetOp):
+            found = items.get(
+                self.owner, op.namespace, op.key, refresh=self._refresh(op.refresh_ttl)
+            )
+            return None if found is None else self._item(found)
+        if isinstance(op, PutOp):
+            if op.value is None:
+                items.delete(self.owner, op.namespace, op.key)
+                return None
+            value = dict(op.value) if isinstance(op.value, dict) else op.value
+            text = self._text(value, op.index) if isinstance(value, dict) else None
+            items.put(
+                self.owner,
+                op.namespace,
+                op.key,
+                value,
+                ttl=self._ttl(op.ttl),
+                text=text,
+                embedder=self._embedder,
+            )
+            return None
+        if isinstance(op, SearchOp):
+            found = items.search(
+                self.owner,
+                op.namespace_prefix,
+                query=op.query,
+                filter=op.filter,
+                limit=op.limit,
+                offset=op.offset,
+                refresh=self._refresh(op.refresh_ttl),
+                mode=self.mode,
+                embedder=self._embedder,
+            )
+            return [self._item(item, score, searched=True) for item, score in found]
+        conditions = [
+            (c.match_type, (c.path,) if isinstance(c.path, str) else tuple(c.path))
+            for c in op.match_conditions or ()
+        ]
+        return items.list_namespaces(
+            self.owner, conditions, max_depth=op.max_depth, limit=op.limit, offset=op.offset
+        )
+
+    def batch(self, ops: Iterable[Op]) -> list[Result]:
+        ops = list(ops)
+        for op in ops:
+            self._check(op)
+        with worker_thread_connection():
+            return [self._run(op) for op in ops]
+
+    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
+        ops = list(ops)
+        if any(isinstance(op, PutOp) for op in ops):
+            return await run_write(self.batch, ops)
+        return await sync_to_async(self.batch)(ops)
+
+    def sweep_ttl(self) -> int:
+        """Delete expired items (of every owner); returns how many."""
+        return item_store.sweep_expired()
+
+    async def asweep_ttl(self) -> int:
+        return await run_write(self.sweep_ttl)

@@ -435,12 +435,13 @@ _FALLBACK_STOPWORDS = frozenset(
 )
 
 
-def _terms(text: str) -> set[str]:
+def query_terms(text: str) -> set[str]:
+    """The words of a text that carry meaning (lower-cased, common words left out)."""
     return {t for t in _TERM.findall(text.lower()) if t not in _FALLBACK_STOPWORDS}
 
 
 def _fulltext_ranking_python(session, query, limit, scope, roles, using):
-    wanted = _terms(query)
+    wanted = query_terms(query)
     if not wanted:
         return []
     need = len(wanted) if memory_settings.FULLTEXT_MATCH == "all" else 1
@@ -459,7 +460,7 @@ def _fulltext_ranking_python(session, query, limit, scope, roles, using):
     )
     scored = []
     for sid, cursor, content, at in texts:
-        terms = _terms(decrypt_text(content or ""))
+        terms = query_terms(decrypt_text(content or ""))
         shared = len(wanted & terms)
         if shared >= need:
             # More shared words first; among equals, shorter messages (denser matches).

@@ -33,7 +33,7 @@ from ..conf import memory_settings
 from ..exceptions import InvalidCursor, InvalidSession
 from ..models import Checkpoint, Embedding, Message, Session
 from ..providers.embeddings import get_embedder
-from ..store import checkpoints, policies, sessions, snapshots
+from ..store import checkpoints, items, policies, sessions, snapshots
 from . import background
 
 __all__ = [
@@ -215,8 +215,8 @@ def apply_retention(
     batch_size: int | None = None, now: dt.datetime | None = None
 ) -> dict[str, dict]:
     """Everything the ``RETENTION`` policies ask for, in one run: expired sessions go, sessions
-    idle longer than their namespace's ``idle`` go, logs are trimmed to ``max_messages`` and
-    LangGraph threads to ``max_checkpoints``."""
+    idle longer than their namespace's ``idle`` go, logs are trimmed to ``max_messages``,
+    LangGraph threads to ``max_checkpoints``, and store items past their TTL are deleted."""
     now = now or timezone.now()
     idle: Counter = Counter()
     named = [ns for ns in policies.policies() if ns != policies.DEFAULT_ENTRY]
@@ -234,6 +234,7 @@ def apply_retention(
         },
         "trimmed": trim_to_policy(batch_size),
         "checkpoints": trim_checkpoints(batch_size),
+        "items": {"expired": items.sweep_expired(now, batch_size=_batch_size(batch_size))},
     }
 
 
