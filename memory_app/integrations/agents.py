@@ -40,8 +40,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..aio import run_write
-from ..exceptions import InvalidCursor, InvalidMessage
+from ..exceptions import InvalidCursor, InvalidMessage, MemoryStoreError
 from ..memory import Memory, SessionMemory
+from ..tools import TOOL_SPECS, MemoryTools
 from ..types import StoredMessage
 
 try:
@@ -69,6 +70,7 @@ __all__ = [
     "ITEM_KEY",
     "CompactingMemorySession",
     "MemorySession",
+    "memory_tools",
     "item_to_message",
     "message_to_items",
 ]
@@ -464,3 +466,37 @@ class CompactingMemorySession(MemorySession):
         """The SDK's compaction hook: compact if the window overflows, or now with ``force``."""
         force = bool((args or {}).get("force"))
         await run_write(self._compact_if_needed, force=force)
+
+
+# ---- the memory tools as function tools ----------------------------------------------------------
+def memory_tools(owner: Any = None, *, namespace: str | None = None, session_id=None) -> list:
+    """``search_memory`` and ``remember`` (``memory_app.tools``) as Agents SDK function tools
+    acting for ``owner``: ``Agent(tools=memory_tools(user))``. Bad arguments come back to the
+    model as the rule book's error message, not as an exception that ends the run."""
+    from agents import FunctionTool
+
+    tools = MemoryTools(owner, namespace=namespace, session_id=session_id)
+    calls = {"search_memory": tools.asearch_memory, "remember": tools.aremember}
+
+    def invoke(name: str):
+        async def run(_context: Any, arguments: str) -> str:
+            try:
+                parsed = json.loads(arguments or "{}")
+                if not isinstance(parsed, dict):
+                    raise InvalidMessage("arguments", "must be a JSON object")
+                return await calls[name](**parsed)
+            except (MemoryStoreError, TypeError, ValueError) as err:
+                return f"error: {err}"
+
+        return run
+
+    return [
+        FunctionTool(
+            name=spec.name,
+            description=spec.description,
+            params_json_schema=spec.parameters,
+            on_invoke_tool=invoke(spec.name),
+            strict_json_schema=False,
+        )
+        for spec in TOOL_SPECS
+    ]

@@ -28,8 +28,9 @@ from typing import Any
 from asgiref.sync import sync_to_async
 
 from ..aio import run_write, worker_thread_connection
-from ..exceptions import InvalidMessage
+from ..exceptions import InvalidMessage, MemoryStoreError
 from ..memory import Memory, SessionMemory
+from ..tools import TOOL_SPECS, MemoryTools
 from ..types import StoredMessage
 from ..validation import ALLOWED_KEYS, PART_TYPES
 
@@ -48,7 +49,7 @@ except ImportError as err:  # pragma: no cover - depends on the installed extras
         "pip install 'django-memory-app[langchain]'"
     ) from err
 
-__all__ = ["MESSAGE_KEY", "DjangoChatMessageHistory", "from_stored", "to_stored"]
+__all__ = ["MESSAGE_KEY", "DjangoChatMessageHistory", "from_stored", "memory_tools", "to_stored"]
 
 #: Key of the message metadata that holds LangChain's serialisation of the message.
 MESSAGE_KEY = "langchain"
@@ -214,3 +215,40 @@ class DjangoChatMessageHistory(BaseChatMessageHistory):
     def _add(self, messages: Sequence[BaseMessage]) -> None:
         if messages:
             self.memory.add_many([to_stored(m) for m in messages])
+
+
+def memory_tools(owner: Any = None, *, namespace: str | None = None, session_id=None) -> list:
+    """``search_memory`` and ``remember`` (``memory_app.tools``) as LangChain tools acting for
+    ``owner`` (sync and async), for ``create_agent(tools=...)`` or ``model.bind_tools``. Bad
+    arguments come back to the model as the rule book's error message."""
+    from langchain_core.tools import StructuredTool, ToolException
+
+    tools = MemoryTools(owner, namespace=namespace, session_id=session_id)
+
+    def reported(call):
+        def run(**arguments: Any) -> str:
+            try:
+                return call(**arguments)
+            except MemoryStoreError as err:
+                raise ToolException(str(err)) from err
+
+        async def arun(**arguments: Any) -> str:
+            try:
+                return await getattr(tools, "a" + call.__name__)(**arguments)
+            except MemoryStoreError as err:
+                raise ToolException(str(err)) from err
+
+        return run, arun
+
+    calls = {spec.name: reported(getattr(tools, spec.name)) for spec in TOOL_SPECS}
+    return [
+        StructuredTool.from_function(
+            func=calls[spec.name][0],
+            coroutine=calls[spec.name][1],
+            name=spec.name,
+            description=spec.description,
+            args_schema=spec.parameters,
+            handle_tool_error=True,
+        )
+        for spec in TOOL_SPECS
+    ]

@@ -58,6 +58,9 @@ def put(
     ttl: Any = None,
     text: str | None,
     embedder: ItemEmbedder | None = None,
+    kind: str = "item",
+    session_id: Any = None,
+    source_cursors: Sequence[int] = (),
 ) -> Item:
     """Check and store an item; ``text`` is what search finds it by (``None``: not indexed)."""
     namespace = check_item_namespace(namespace)
@@ -71,7 +74,17 @@ def put(
         embedder = embedder or get_embedder()
         vector, model = embedder.embed([text])[0], embedder.name
     return items.put(
-        owner, namespace, key, value, ttl_minutes=ttl, text=text, vector=vector, model=model
+        owner,
+        namespace,
+        key,
+        value,
+        ttl_minutes=ttl,
+        text=text,
+        vector=vector,
+        model=model,
+        kind=kind,
+        session_id=session_id,
+        source_cursors=source_cursors,
     )
 
 

@@ -482,7 +482,7 @@ RECALL_OPEN = "<recalled_messages>"
 RECALL_CLOSE = "</recalled_messages>"
 
 
-def _quote(text: str) -> str:
+def quote_untrusted(text: str) -> str:
     # JSON string syntax escapes quotes and newlines; escaping angle brackets too means no
     # recalled text can close the block or open a tag of its own.
     return json.dumps(text, ensure_ascii=False).replace("<", "\\u003c").replace(">", "\\u003e")
@@ -496,13 +496,16 @@ def recall_message(
     keys = session_keys or {}
     for n, result in enumerate(results, start=1):
         m = result.message
+        key = keys.get(result.session_id, str(result.session_id))
         where = (
             "this conversation"
             if result.session_id == session_id
-            else f"conversation {_quote(keys.get(result.session_id, str(result.session_id)))}"
+            else f"conversation {quote_untrusted(key)}"
         )
         when = f", {m.created_at:%Y-%m-%d}" if m.created_at else ""
-        lines.append(f"[{n}] {m.role} in {where}, cursor {m.cursor}{when}: {_quote(m.content)}")
+        lines.append(
+            f"[{n}] {m.role} in {where}, cursor {m.cursor}{when}: {quote_untrusted(m.content)}"
+        )
     lines.append(RECALL_CLOSE)
     return {"role": "system", "content": "\n".join(lines)}
 

@@ -110,6 +110,9 @@ def put(
     text: str | None,
     vector: list[float] | None,
     model: str,
+    kind: str = "item",
+    session_id: Any = None,
+    source_cursors: Sequence[int] = (),
 ) -> Item:
     """Store ``value`` under the key (updating the version in force), with its search text
     (``None``: not searchable) and vector."""
@@ -123,6 +126,9 @@ def put(
         "expires_at": None if ttl_minutes is None else now + dt.timedelta(minutes=ttl_minutes),
         "vector": vector,
         "embedding_model": model if vector is not None else "",
+        "kind": kind,
+        "session_id": session_id,
+        "source_cursors": list(source_cursors),
     }
     with transaction.atomic(using=_write_db()):
         current = Item.objects.for_owner(owner_pk).filter(
