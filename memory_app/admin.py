@@ -25,18 +25,18 @@ from django.contrib import admin, messages
 from django.contrib.admin.utils import model_ngettext, quote, unquote
 from django.core.exceptions import PermissionDenied
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Count, Exists, OuterRef, Q, QuerySet, Subquery
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.utils.text import slugify, smart_split, unescape_string_literal
 
 from . import validation
 from .exceptions import InvalidCursor, InvalidSession, MemoryStoreError
 from .memory import SessionMemory
-from .models import Message, Session, Snapshot
+from .models import Checkpoint, CheckpointBlob, CheckpointWrite, Item, Message, Session, Snapshot
 from .services import retention
 from .transcript import Page, arrange, coverage
 from .types import Scheduled, SnapshotView
@@ -463,6 +463,7 @@ class SessionAdmin(admin.ModelAdmin):
             "requested_after": after,
             "page_size": size,
             "preserved_query": _preserved(request),
+            "checkpoints": _checkpoints_link(session),
         }
 
     # -- per-session views (the buttons on the change page) ----------------------------------
@@ -779,3 +780,200 @@ def _coverage_bar(
     gone_upto = saved if stored is None else stored[0] - 1
     gone = {**span(1, gone_upto), "upto": gone_upto} if gone_upto > 0 else None
     return {"segments": segments, "gone": gone, "window": window, "saved": saved}
+
+
+# ---- LangGraph state and store items: read-only pages --------------------------------------------
+def _checkpoints_link(session: Session) -> dict[str, Any] | None:
+    """How many LangGraph checkpoints the session holds (it is a thread), and where they are."""
+    count = Checkpoint.objects.filter(session=session).count()
+    if not count:
+        return None
+    url = reverse("admin:memory_app_checkpoint_changelist")
+    return {"count": count, "url": f"{url}?{urlencode({'session': str(session.pk)})}"}
+
+
+class ThreadFilter(admin.SimpleListFilter):
+    """``?session=<id>``: one thread's checkpoints (the session page links here). Only the
+    chosen thread is listed: a sidebar of every thread would not scale."""
+
+    title = "thread"
+    parameter_name = "session"
+
+    def lookups(self, request, model_admin):
+        value = self.value()
+        if not value or not _is_uuid(value):
+            return []
+        session = Session.objects.filter(pk=value).only("key", "title").first()
+        return [(value, str(session))] if session else []
+
+    def queryset(self, request, queryset):
+        value = self.value()
+        return queryset.filter(session_id=value) if value and _is_uuid(value) else queryset
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Rows the framework integrations write: looked at here, changed only through them."""
+
+    show_full_result_count = False
+    list_per_page = 50
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
+
+
+def _size(data: Any) -> str:
+    return "none" if data is None else f"{len(bytes(data))} bytes"
+
+
+@admin.register(Checkpoint)
+class CheckpointAdmin(ReadOnlyAdmin):
+    """A thread's LangGraph checkpoints, newest first, each with its pending writes."""
+
+    list_display = (
+        "checkpoint_id",
+        "thread",
+        "display_ns",
+        "step",
+        "source",
+        "writes",
+        "created_at",
+    )
+    list_filter = (ThreadFilter,)
+    search_fields = ("checkpoint_id", "run_id")
+    ordering = ("-checkpoint_id",)
+    list_select_related = ("session",)
+    fields = (
+        ("session", "checkpoint_ns"),
+        ("checkpoint_id", "parent_checkpoint_id"),
+        ("run_id", "created_at"),
+        "metadata",
+        "channel_values",
+        "pending_writes",
+        "checkpoint",
+    )
+    readonly_fields = fields[3:] + ("session", "checkpoint_ns", "checkpoint_id")
+    readonly_fields += ("parent_checkpoint_id", "run_id", "created_at")
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        writes = CheckpointWrite.objects.filter(
+            session=OuterRef("session"),
+            checkpoint_ns=OuterRef("checkpoint_ns"),
+            checkpoint_id=OuterRef("checkpoint_id"),
+        )
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                write_count=Subquery(
+                    writes.values("checkpoint_id").annotate(n=Count("pk")).values("n")[:1]
+                )
+            )
+        )
+
+    @admin.display(description="thread")
+    def thread(self, obj: Checkpoint) -> str:
+        return obj.session.key
+
+    @admin.display(description="namespace")
+    def display_ns(self, obj: Checkpoint) -> str:
+        return obj.checkpoint_ns or "(root)"
+
+    @admin.display(description="step")
+    def step(self, obj: Checkpoint) -> Any:
+        return (obj.metadata or {}).get("step", "")
+
+    @admin.display(description="source")
+    def source(self, obj: Checkpoint) -> Any:
+        return (obj.metadata or {}).get("source", "")
+
+    @admin.display(description="pending writes")
+    def writes(self, obj: Checkpoint) -> int:
+        return obj.write_count or 0
+
+    @admin.display(description="channel values")
+    def channel_values(self, obj: Checkpoint) -> str:
+        versions = obj.checkpoint.get("channel_versions") or {}
+        stored = {
+            (b.channel, b.version): b
+            for b in CheckpointBlob.objects.filter(
+                session=obj.session_id, checkpoint_ns=obj.checkpoint_ns, channel__in=list(versions)
+            )
+        }
+        rows = []
+        for channel, version in sorted(versions.items()):
+            blob = stored.get((channel, str(version)))
+            rows.append(
+                (channel, version, blob.type if blob else "missing", _size(blob and blob.blob))
+            )
+        if not rows:
+            return "none"
+        return format_html(
+            "<table><tr><th>channel</th><th>version</th><th>type</th><th>size</th></tr>{}</table>",
+            format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>", rows),
+        )
+
+    @admin.display(description="pending writes")
+    def pending_writes(self, obj: Checkpoint) -> str:
+        rows = [
+            (w.task_id, w.task_path, w.idx, w.channel, w.type, _size(w.blob))
+            for w in CheckpointWrite.objects.filter(
+                session=obj.session_id,
+                checkpoint_ns=obj.checkpoint_ns,
+                checkpoint_id=obj.checkpoint_id,
+            ).order_by("task_path", "task_id", "idx")
+        ]
+        if not rows:
+            return "none"
+        return format_html(
+            "<table><tr><th>task</th><th>path</th><th>idx</th><th>channel</th><th>type</th>"
+            "<th>size</th></tr>{}</table>",
+            format_html_join(
+                "",
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                rows,
+            ),
+        )
+
+
+@admin.register(Item)
+class ItemAdmin(ReadOnlyAdmin):
+    """An owner's store items (LangGraph's store, remembered facts), with their provenance."""
+
+    list_display = ("namespace", "key", "owner", "kind", "updated_at", "expires_at", "invalid_at")
+    list_filter = ("kind", ("owner", admin.RelatedOnlyFieldListFilter))
+    search_fields = ("namespace", "key")
+    ordering = ("-updated_at",)
+    list_select_related = ("owner",)
+    fields = (
+        ("owner", "kind"),
+        ("namespace", "key"),
+        "value",
+        ("session", "source_cursors", "importance"),
+        ("valid_from", "invalid_at"),
+        ("created_at", "updated_at"),
+        ("expires_at", "ttl_minutes"),
+        "embedding_model",
+    )
+    readonly_fields = (
+        "owner",
+        "kind",
+        "namespace",
+        "key",
+        "value",
+        "session",
+        "source_cursors",
+        "importance",
+        "valid_from",
+        "invalid_at",
+        "created_at",
+        "updated_at",
+        "expires_at",
+        "ttl_minutes",
+        "embedding_model",
+    )

@@ -51,3 +51,16 @@ def test_langchain_example_resumes(openai_server):
         "What is my name?",
         "Your name is Ada.",
     ]
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_langgraph_example_resumes_in_a_new_process(openai_server):
+    from memory_app.models import Checkpoint
+
+    started = run_example("langgraph_thread.py", "start", openai_server=openai_server)
+    assert started.stdout == "paused: Book it?\n"
+    done = run_example("langgraph_thread.py", "approve", openai_server=openai_server)
+    assert done.stdout == "planned (diet: vegetarian) -> human said yes -> booked\n"
+    history = run_example("langgraph_thread.py", "history", openai_server=openai_server)
+    assert len(history.stdout.splitlines()) == Checkpoint.objects.count() >= 4
