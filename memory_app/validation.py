@@ -300,11 +300,16 @@ def check_checkpoint(checkpoint: Any, metadata: Any) -> tuple[dict, dict, str]:
     return checkpoint, metadata, _checkpoint_text(run_id, "metadata.run_id", MAX_RUN_ID)
 
 
+def check_channel(channel: Any) -> str:
+    """A channel name (of a checkpoint's values or a pending write)."""
+    return _checkpoint_text(channel, "channel", MAX_CHANNEL, empty=False)
+
+
 def check_write(task_id: Any, task_path: Any, channel: Any) -> None:
     """The task and channel of one pending write."""
     _checkpoint_text(task_id, "task_id", MAX_TASK_ID, empty=False)
     _checkpoint_text(task_path, "task_path", MAX_TASK_PATH)
-    _checkpoint_text(channel, "channel", MAX_CHANNEL, empty=False)
+    check_channel(channel)
 
 
 # ---- store items (an owner's namespaced values) --------------------------------------------------

@@ -42,6 +42,7 @@ from ..store import checkpoints
 from ..store import items as item_store
 from ..types import StoredCheckpoint
 from ..validation import (
+    check_channel,
     check_checkpoint,
     check_checkpoint_ref,
     check_count,
@@ -238,7 +239,7 @@ class DjangoSaver(BaseCheckpointSaver[str]):
         )
         values = []
         for channel, version in new_versions.items():
-            check_write("-", "", channel)
+            check_channel(channel)
             if channel in channel_values:
                 kind, data = self.serde.dumps_typed(channel_values[channel])
             else:

@@ -384,12 +384,3 @@ def copy(source_id: uuid.UUID, target_id: uuid.UUID) -> int:
                 copied += len(batch) if model is Checkpoint else 0
         _touch(target_id)
     return copied
-
-
-def counts(session_id: uuid.UUID) -> dict[str, int]:
-    """Rows stored for a session's threads (the admin's and the tests' view)."""
-    return {
-        "checkpoints": Checkpoint.objects.filter(session_id=session_id).count(),
-        "values": CheckpointBlob.objects.filter(session_id=session_id).count(),
-        "writes": CheckpointWrite.objects.filter(session_id=session_id).count(),
-    }

@@ -206,6 +206,9 @@ def test_bad_values_are_typed_errors(user):
         saver.put(good, {**checkpoint, "id": ""}, {}, {})
     assert err.value.field == "checkpoint.id"
     with pytest.raises(InvalidCheckpoint) as err:
+        saver.put(good, {**checkpoint, "channel_values": {"x" * 300: 1}}, {}, {"x" * 300: 1})
+    assert err.value.field == "channel"
+    with pytest.raises(InvalidCheckpoint) as err:
         saver.put_writes(good, [("ch", 1)], "task")
     assert err.value.field == "checkpoint_id"
     with pytest.raises(InvalidCheckpoint) as err:
