@@ -473,6 +473,15 @@ class OwnerExportSerializer(serializers.Serializer):
     owner = serializers.DictField(help_text='`{"id": ...}`: whose sessions these are.')
     exported_at = serializers.DateTimeField()
     sessions = SessionExportSerializer(many=True)
+    items = serializers.ListField(
+        child=serializers.DictField(),
+        help_text="The owner's store items (LangGraph's store, remembered facts), every version.",
+    )
+    checkpoints = serializers.ListField(
+        child=serializers.DictField(),
+        help_text="LangGraph checkpoints of the owner's threads, with channel values and pending "
+        "writes as the framework serialised them (base64).",
+    )
 
 
 class OwnerEraseSerializer(StrictFieldsMixin, serializers.Serializer):

@@ -3,7 +3,8 @@
 ``Memory.export_owner(user)`` / ``Memory.erase_owner(user)`` are the entry points (the
 ``memory_owner`` command and the ``owner/export/`` and ``owner/erase/`` API endpoints call
 them). An owner export is a list of session exports in the format ``SessionMemory.export()``
-writes, so each one can be restored with ``Memory.import_session``.
+writes, so each one can be restored with ``Memory.import_session``, plus the owner's store items
+and the LangGraph checkpoints of their threads (to read; import restores sessions only).
 
 Deleting sessions goes through ``store.sessions.delete_rows``: one ``DELETE`` per table, children
 first (embeddings, messages, snapshots, sessions), instead of Django's deletion collector,
@@ -13,6 +14,7 @@ which loads every message of a session into memory to find what cascades from it
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -21,14 +23,14 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connections, router, transaction
-from django.db.models import Sum
+from django.db.models import Exists, OuterRef, Sum
 from django.utils import timezone
 
 from ..exceptions import InvalidOwner
-from ..models import Session
-from ..store import log, sessions, snapshots
+from ..models import Checkpoint, Item, Session
+from ..store import checkpoints, items, log, sessions, snapshots
 from ..store.transfer import export_head, message_fields, snapshot_fields
-from ..types import ANY_OWNER, ErasedRows
+from ..types import ANY_OWNER, ErasedRows, StoredCheckpoint
 
 OWNER_EXPORT_FORMAT = "memory_app.owner"
 OWNER_EXPORT_VERSION = 1
@@ -151,12 +153,65 @@ def iter_owner_export(
                 + dumps([snapshot_fields(v) for v in snapshots.lineage(session.pk)])
                 + "}"
             )
+        yield '], "items": ' + dumps([item_fields(i) for i in owned_items(pk)])
+        yield ', "checkpoints": ['
+        first = True
+        threads = Session.objects.filter(
+            Exists(Checkpoint.objects.filter(session=OuterRef("pk"))), owner_id=pk
+        )
+        for stored in checkpoints.iter_query(threads):
+            yield ("" if first else ",") + dumps(checkpoint_fields(stored))
+            first = False
         yield "]}"
 
 
+def owned_items(owner_pk: Any):
+    """Every item of the owner, superseded and expired versions too (an export hides nothing)."""
+    return Item.objects.filter(owner_id=owner_pk).order_by("namespace", "key", "valid_from")
+
+
+def item_fields(item: Item) -> dict[str, Any]:
+    return {
+        "namespace": list(items.split(item.namespace)),
+        "key": item.key,
+        "value": item.value,
+        "kind": item.kind,
+        "session": item.session_id,
+        "source_cursors": item.source_cursors,
+        "importance": item.importance,
+        "valid_from": item.valid_from,
+        "invalid_at": item.invalid_at,
+        "created_at": item.created_at,
+        "updated_at": item.updated_at,
+        "expires_at": item.expires_at,
+    }
+
+
+def checkpoint_fields(stored: StoredCheckpoint) -> dict[str, Any]:
+    def encoded(kind: str, data: bytes) -> dict[str, str]:
+        return {"type": kind, "base64": base64.b64encode(data).decode("ascii")}
+
+    return {
+        "session": stored.session_id,
+        "thread_id": stored.thread_id,
+        "checkpoint_ns": stored.checkpoint_ns,
+        "checkpoint_id": stored.checkpoint_id,
+        "parent_checkpoint_id": stored.parent_checkpoint_id,
+        "checkpoint": stored.checkpoint,
+        "metadata": stored.metadata,
+        "channel_values": {ch: encoded(*typed) for ch, typed in stored.values.items()},
+        "pending_writes": [
+            {"task_id": task, "channel": channel, **encoded(kind, data)}
+            for task, channel, kind, data in stored.writes
+        ],
+        "created_at": stored.created_at,
+    }
+
+
 def export_owner(owner: Any) -> dict[str, Any]:
-    """Every session of ``owner`` (messages, snapshots, metadata) as JSON-serialisable data:
-    ``{"format": "memory_app.owner", "version": 1, "owner": {"id": ...}, "exported_at": ...,
-    "sessions": [<SessionMemory.export()>, ...]}``. For large owners prefer
-    ``iter_owner_export``, which streams."""
+    """Everything of ``owner`` as JSON-serialisable data: ``{"format": "memory_app.owner",
+    "version": 1, "owner": {"id": ...}, "exported_at": ..., "sessions":
+    [<SessionMemory.export()>, ...], "items": [...], "checkpoints": [...]}`` (store items in
+    every version; LangGraph checkpoints with their values and writes in base64, decrypted).
+    For large owners prefer ``iter_owner_export``, which streams."""
     return json.loads("".join(iter_owner_export(owner)))

@@ -221,3 +221,30 @@ def test_bad_values_are_typed_errors(user):
         list(saver.list(good, limit=-1))
     assert err.value.field == "limit"
     assert not Checkpoint.objects.exists()
+
+
+def test_export_owner_holds_the_owners_checkpoints_and_items_only(user, other_user):
+    import base64
+
+    from memory_app.integrations.langgraph import DjangoStore
+
+    for owner, word in ((user, "alice-trip"), (other_user, "bob-trip")):
+        planning_graph(DjangoSaver(owner=owner, namespace="trips")).invoke(
+            {"log": [word], "approved": False}, thread("exported")
+        )
+        DjangoStore(owner=owner).put(("prefs",), "name", {"text": word})
+
+    exported = Memory.export_owner(user)
+
+    assert [i["value"] for i in exported["items"]] == [{"text": "alice-trip"}]
+    assert exported["items"][0]["namespace"] == ["prefs"]
+    stored = Checkpoint.objects.filter(session__owner=user).count()
+    assert len(exported["checkpoints"]) == stored > 0
+    assert {c["thread_id"] for c in exported["checkpoints"]} == {"exported"}
+    values = b"".join(
+        base64.b64decode(v["base64"])
+        for c in exported["checkpoints"]
+        for v in c["channel_values"].values()
+    )
+    assert b"alice-trip" in values and b"bob-trip" not in values
+    assert any(c["pending_writes"] for c in exported["checkpoints"])  # the interrupt
