@@ -27,7 +27,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from django.db import connections, router, transaction
-from django.db.models import F, Q, QuerySet
+from django.db.models import CharField, F, Q, QuerySet, Value
 from django.utils import timezone
 
 from ..encryption import decrypt_bytes, encrypt_bytes
@@ -240,9 +240,19 @@ def query(
 ) -> list[StoredCheckpoint]:
     """Checkpoints of the given sessions, newest first (by id, which is time-ordered), narrowed
     to one thread, namespace, checkpoint, metadata subset, ids before ``before``, and ``limit``."""
-    qs = Checkpoint.objects.filter(session__in=thread_sessions)
     if thread_id is not None:
-        qs = qs.filter(session__key=thread_id)
+        # One thread: its session first, so the checkpoint index serves "newest first" with a
+        # limit (a join would have the planner read and sort every checkpoint of the thread).
+        session_id = thread_sessions.filter(key=thread_id).values_list("pk", flat=True).first()
+        if session_id is None:
+            return []
+        qs = Checkpoint.objects.filter(session_id=session_id).annotate(
+            thread_id=Value(thread_id, output_field=CharField())
+        )
+    else:
+        qs = Checkpoint.objects.filter(session__in=thread_sessions).annotate(
+            thread_id=F("session__key")
+        )
     if checkpoint_ns is not None:
         qs = qs.filter(checkpoint_ns=checkpoint_ns)
     if checkpoint_id is not None:
@@ -250,7 +260,7 @@ def query(
     if before is not None:
         qs = qs.filter(checkpoint_id__lt=before)
     qs = _metadata_matches(qs, metadata or {})
-    qs = qs.annotate(thread_id=F("session__key")).order_by("-checkpoint_id", "checkpoint_ns")
+    qs = qs.order_by("-checkpoint_id", "checkpoint_ns")
     if limit is not None:
         qs = qs[:limit]
     return _loaded(list(qs))
