@@ -78,6 +78,7 @@ def test_every_memory_command_is_a_memory_command():
     assert MEMORY_COMMANDS == [
         "memory_demo",
         "memory_embed",
+        "memory_mcp",
         "memory_owner",
         "memory_prune",
         "memory_rotate_keys",
@@ -154,6 +155,10 @@ BAD_ARGUMENTS = [
         "--batch-size: must be at least 1",
     ),
     (("memory_owner", "erase", "nobody", "--yes"), "no user 'nobody'"),
+    (("memory_mcp", "--token", "not-a-token"), "that API token is unknown"),
+    (("memory_mcp", "--transport", "http", "--port", "0"), "--port: must be at least 1"),
+    (("memory_mcp", "--transport", "http", "--port", "70000"), "--port: must be at most 65535"),
+    (("memory_mcp", "--namespace", " ", "--token", "x"), "--namespace: must be a non-empty"),
 ]
 
 

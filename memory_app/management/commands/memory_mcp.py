@@ -15,6 +15,7 @@ import os
 
 from django.core.management.base import CommandError
 
+from memory_app.exceptions import InvalidSession
 from memory_app.management.base import MemoryCommand, positive_int
 from memory_app.validation import check_session_fields
 
@@ -37,9 +38,12 @@ class Command(MemoryCommand):
         except ImportError as err:
             raise CommandError(str(err)) from None
         if namespace is not None:
-            check_session_fields(namespace=namespace)
+            try:
+                check_session_fields(namespace=namespace)
+            except InvalidSession as err:
+                raise CommandError(f"--namespace: {err.reason}") from None
         if port > 65535:
-            raise CommandError(f"--port must be at most 65535, not {port}")
+            raise CommandError(f"--port: must be at most 65535, not {port}")
         if transport == "stdio":
             token = token or os.environ.get("MEMORY_MCP_TOKEN", "")
             if not token:
