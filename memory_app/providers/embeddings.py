@@ -677,7 +677,4 @@ class OpenAIEmbedder(Embedder):
 @memory_settings.derived
 def get_embedder() -> Embedder:
     """The embedder ``MEMORY_APP`` configures (built once, again after the settings change)."""
-    options = memory_settings.EMBEDDER_OPTIONS or {}
-    if not isinstance(options, dict):
-        raise ImproperlyConfigured("MEMORY_APP['EMBEDDER_OPTIONS'] must be a dict")
-    return memory_settings.EMBEDDER(**options)
+    return memory_settings.EMBEDDER(**memory_settings.EMBEDDER_OPTIONS)

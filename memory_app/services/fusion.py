@@ -24,9 +24,9 @@ import math
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
-Ranking = Sequence[tuple[Hashable, float]]
+from ..types import FUSION_NORMALISATIONS as NORMALISATIONS
 
-NORMALISATIONS = ("minmax", "z")
+Ranking = Sequence[tuple[Hashable, float]]
 
 
 def _ordered(scores: dict[Any, float], first_seen: dict[Any, int]) -> list[tuple[Any, float]]:
