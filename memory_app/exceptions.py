@@ -115,6 +115,14 @@ class UnknownModel(FieldError):
     code = "unknown_model"
 
 
+class BudgetTooSmall(FieldError):
+    """A window's token budget cannot hold what every window of the session must carry (the
+    snapshot's pinned messages and the frame of its summary): a window never exceeds its
+    budget, so it is refused rather than sent over it."""
+
+    code = "budget_too_small"
+
+
 class InvalidCheckpoint(FieldError):
     """A LangGraph checkpoint, pending write or its config is unacceptable (a missing
     ``thread_id``, an id too long, metadata that is not JSON...). ``field`` names it."""

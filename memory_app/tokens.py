@@ -67,6 +67,19 @@ def count_text(text: str, encoding: str | None = None) -> int:
     return total
 
 
+def first_tokens(text: str, n: int, encoding: str | None = None) -> str:
+    """The longest start of ``text`` that is at most ``n`` tokens (whole tokens, cut at a
+    character boundary)."""
+    if n <= 0 or not text:
+        return ""
+    encoder = get_encoding(encoding or memory_settings.TOKEN_ENCODING)
+    # No text of n tokens is longer than n * (the longest token); most are far shorter.
+    tokens = encoder.encode_ordinary(text[: n * 64])
+    if len(tokens) <= n:
+        return text[: n * 64] if len(text) > n * 64 else text
+    return encoder.decode(tokens[:n]).rstrip("\ufffd")
+
+
 @lru_cache(maxsize=64)
 def _role_tokens(role: str, encoding: str) -> int:
     # A handful of roles, counted on every message: once each.

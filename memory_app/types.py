@@ -8,6 +8,15 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+#: The roles of OpenAI chat messages (``models.Role`` holds the same four).
+ROLES = ("system", "user", "assistant", "tool")
+#: How ``search()`` ranks: vectors and full text fused, or one of them alone.
+SEARCH_MODES = ("hybrid", "vector", "fulltext")
+#: How hybrid search fuses its rankings (``MEMORY_APP["FUSION"]``), and how combsum normalises
+#: each ranking's scores (``MEMORY_APP["FUSION_NORMALISATION"]``).
+FUSION_METHODS = ("combsum", "rrf")
+FUSION_NORMALISATIONS = ("minmax", "z")
+
 
 class _AnyOwner:
     def __repr__(self) -> str:
@@ -150,7 +159,9 @@ class Window:
     ``messages`` are OpenAI chat messages, ready to send; ``cursors`` gives each one's cursor
     (``None`` for the summary and pinned messages, which are not in the log). ``tokens`` counts
     every message; ``budget_tokens`` only those that count toward ``max_tokens`` (system
-    messages do not).
+    messages do not). ``summary_truncated``: the snapshot's summary was cut to fit the budget.
+    ``unanswered_tool_calls``: ids of tool calls left out because their result is not in the
+    window (OpenAI refuses a call without its result).
     """
 
     messages: list[dict[str, Any]]
@@ -159,6 +170,8 @@ class Window:
     budget_tokens: int
     snapshot_version: int | None = None
     first_cursor: int | None = None
+    summary_truncated: bool = False
+    unanswered_tool_calls: tuple[str, ...] = ()
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         return iter(self.messages)
@@ -195,11 +208,14 @@ class RecallWindow(Window):
     """A ``Window`` with recalled messages added in one system message (its cursor is ``None``).
 
     ``recalled`` are the search results that made it into the block; ``recall_tokens`` is what
-    the block costs (included in ``tokens`` and ``budget_tokens``).
+    the block costs (included in ``tokens`` and ``budget_tokens``). When the embedder fails,
+    the window is the plain one and ``recall_error`` says why.
     """
 
     recalled: tuple[SearchResult, ...] = ()
     recall_tokens: int = 0
+    #: Why nothing was recalled when the search failed (the embedder was down), else None.
+    recall_error: str | None = None
 
 
 @dataclass(frozen=True)

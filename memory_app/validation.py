@@ -24,6 +24,7 @@ from typing import Any
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from . import types
 from .conf import memory_settings
 from .encryption import ENCRYPTED_PREFIX
 from .exceptions import (
@@ -38,11 +39,11 @@ from .exceptions import (
     MemoryStoreError,
     MessageTooLarge,
 )
-from .models import Checkpoint, CheckpointWrite, Item, Message, Role, Session, Snapshot
+from .models import Checkpoint, CheckpointWrite, Item, Message, Session, Snapshot
 from .types import NewMessage, SnapshotView, StoredMessage
 
 # ---- limits ------------------------------------------------------------------------------------
-ROLES = frozenset(r.value for r in Role)
+ROLES = frozenset(types.ROLES)
 MAX_KEY = Session._meta.get_field("key").max_length
 MAX_NAMESPACE = Session._meta.get_field("namespace").max_length
 MAX_TITLE = Session._meta.get_field("title").max_length
@@ -113,7 +114,7 @@ EXPORT_SNAPSHOT_KEYS = frozenset(
 )
 
 SCOPES = ("session", "owner")
-MODES = ("hybrid", "vector", "fulltext")
+MODES = types.SEARCH_MODES
 MAX_SEARCH_LIMIT = 1000
 MAX_QUERY_CHARS = 4000
 
@@ -590,10 +591,12 @@ def _tool_calls(tool_calls: Any, role: str) -> list | None:
             or not function["name"]
         ):
             raise InvalidMessage("tool_calls", f"call {i} needs function.name")
-        arguments = function.get("arguments", "")
+        # OpenAI refuses a call without arguments when the history is sent back: "{}" for none.
+        arguments = function.get("arguments")
         if not isinstance(arguments, str):
             raise InvalidMessage(
-                "tool_calls", f"call {i}: function.arguments must be a JSON string"
+                "tool_calls",
+                f"call {i} needs function.arguments, a JSON string ('{{}}' for none)",
             )
         if arguments.startswith(ENCRYPTED_PREFIX):
             raise InvalidMessage(

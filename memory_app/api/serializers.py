@@ -250,9 +250,19 @@ class WindowSerializer(serializers.Serializer):
     )
     snapshot_version = serializers.IntegerField(allow_null=True)
     first_cursor = serializers.IntegerField(allow_null=True)
+    summary_truncated = serializers.BooleanField(
+        help_text="The snapshot's summary was cut to fit max_tokens (it ends with a marker)."
+    )
+    unanswered_tool_calls = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="Ids of tool calls left out because their result is not in the window "
+        "(OpenAI refuses a call without its result).",
+    )
 
     def to_representation(self, instance) -> dict[str, Any]:
-        return dataclasses.asdict(instance)
+        data = dataclasses.asdict(instance)
+        data["unanswered_tool_calls"] = list(instance.unanswered_tool_calls)
+        return data
 
 
 class SnapshotSerializer(serializers.Serializer):
@@ -617,6 +627,11 @@ class ContextSerializer(WindowSerializer):
         many=True, help_text="The search results in the recall block."
     )
     recall_tokens = serializers.IntegerField(help_text="Tokens of the recall block (in `tokens`).")
+    recall_error = serializers.CharField(
+        allow_null=True,
+        help_text="Why nothing was recalled when the search failed (the embedder was down); "
+        "the window is then the plain one.",
+    )
 
     def to_representation(self, instance) -> dict[str, Any]:
         data = {
@@ -628,9 +643,12 @@ class ContextSerializer(WindowSerializer):
                 "budget_tokens",
                 "snapshot_version",
                 "first_cursor",
+                "summary_truncated",
                 "recall_tokens",
+                "recall_error",
             )
         }
+        data["unanswered_tool_calls"] = list(instance.unanswered_tool_calls)
         data["recalled"] = SearchResultSerializer(instance.recalled, many=True).data
         return data
 

@@ -7,7 +7,12 @@ Pure functions over ``StoredMessage`` values, so the rules are tested on their o
   kept or dropped whole; tool results whose call is not in the log any more are dropped;
 - the newest groups are kept, walking back until the next group does not fit;
 - the snapshot summary (as a user message, so it keeps its place) and pinned messages come
-  first and count toward the budget.
+  first and count toward the budget; a summary larger than the budget is cut to fit, ending
+  with ``SUMMARY_CUT_MARKER`` (``Window.summary_truncated``), and a budget that cannot hold the
+  pinned messages is refused (``BudgetTooSmall``): a window never exceeds its budget;
+- a window is a request OpenAI accepts: tool calls with no result in the window (a call still
+  being answered, a result never stored) are left out of their assistant message, which is
+  left out too when nothing else remains of it (``Window.unanswered_tool_calls``).
 """
 
 from __future__ import annotations
@@ -16,13 +21,18 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..conf import memory_settings
+from ..exceptions import BudgetTooSmall
 from ..types import SnapshotView, StoredMessage, Window
 
 SUMMARY_PREFIX = "Summary of the earlier conversation:\n"
+SUMMARY_CUT_MARKER = "\n[... summary cut to fit the token budget]"
 
 
-def summary_message(snapshot: SnapshotView) -> dict[str, Any]:
-    return {"role": "user", "content": SUMMARY_PREFIX + snapshot.summary}
+def summary_message(snapshot: SnapshotView, summary: str | None = None) -> dict[str, Any]:
+    return {
+        "role": "user",
+        "content": SUMMARY_PREFIX + (snapshot.summary if summary is None else summary),
+    }
 
 
 def tool_groups_newest_first(messages: Iterable[StoredMessage]) -> Iterable[list[StoredMessage]]:
@@ -105,7 +115,10 @@ def assemble_window(
     max_tokens: int | None,
     cost: Callable[[StoredMessage], int],
     cost_of_dict: Callable[[dict], int],
+    cut_text: Callable[[str, int], str],
 ) -> Window:
+    """The window's messages in order. ``cost`` prices a stored message, ``cost_of_dict`` an
+    OpenAI message, and ``cut_text(text, n)`` keeps the first ``n`` tokens of a text."""
     if max_messages is not None and max_messages < 0:
         raise ValueError("max_messages must not be negative")
     if max_tokens is not None and max_tokens < 0:
@@ -113,10 +126,15 @@ def assemble_window(
 
     head: list[dict] = []  # summary and pinned non-system messages: they count
     top_system: list[dict] = []
+    summary_truncated = False
     if snapshot is not None:
-        head.append(summary_message(snapshot))
-        for pinned in snapshot.pinned:
-            (top_system if pinned.get("role") == "system" else head).append(pinned)
+        pinned = []
+        for message in snapshot.pinned:
+            (top_system if message.get("role") == "system" else pinned).append(message)
+        summary, summary_truncated = _summary_within(
+            snapshot, pinned, max_tokens, cost_of_dict, cut_text
+        )
+        head = [summary, *pinned]
     head_tokens = sum(cost_of_dict(m) for m in head)
     remaining = None if max_tokens is None else max(0, max_tokens - head_tokens)
 
@@ -138,8 +156,18 @@ def assemble_window(
     cursors.extend([None] * len(head))
     # The tail is in log order already; merge only when system messages fall inside it.
     ordered = sorted([*tail, *in_range_system], key=lambda m: m.cursor) if in_range_system else tail
-    messages.extend([m.as_openai() for m in ordered])
-    cursors.extend([m.cursor for m in ordered])
+    answered = {m.tool_call_id for m in tail if m.role == "tool"}
+    unanswered: list[str] = []
+    for m in ordered:
+        message = m.as_openai()
+        if m.tool_calls and any(c.get("id") not in answered for c in m.tool_calls):
+            unanswered += [c.get("id") for c in m.tool_calls if c.get("id") not in answered]
+            message = _without_unanswered_calls(message, answered)
+            tail_tokens += (cost_of_dict(message) if message else 0) - cost(m)
+            if message is None:
+                continue
+        messages.append(message)
+        cursors.append(m.cursor)
 
     system_tokens = sum(cost_of_dict(m) for m in top_system) + sum(cost(m) for m in system_messages)
     budget_tokens = head_tokens + tail_tokens
@@ -150,7 +178,53 @@ def assemble_window(
         budget_tokens=budget_tokens,
         snapshot_version=snapshot.version if snapshot else None,
         first_cursor=first_kept,
+        summary_truncated=summary_truncated,
+        unanswered_tool_calls=tuple(unanswered),
     )
+
+
+def _summary_within(
+    snapshot: SnapshotView,
+    pinned: list[dict],
+    max_tokens: int | None,
+    cost_of_dict: Callable[[dict], int],
+    cut_text: Callable[[str, int], str],
+) -> tuple[dict, bool]:
+    """The summary message, cut (with ``SUMMARY_CUT_MARKER``) when it and the pinned messages
+    would not fit ``max_tokens``; ``(message, whether it was cut)``."""
+    whole = summary_message(snapshot)
+    if max_tokens is None:
+        return whole, False
+    room = max_tokens - sum(cost_of_dict(m) for m in pinned)
+    if cost_of_dict(whole) <= room:
+        return whole, False
+    # What the message costs around the kept text: its frame, the prefix and the marker.
+    frame = cost_of_dict(summary_message(snapshot, SUMMARY_CUT_MARKER))
+    if frame > room:
+        needed = frame + max_tokens - room
+        raise BudgetTooSmall(
+            "max_tokens",
+            f"{max_tokens} tokens cannot hold the snapshot's pinned messages and a cut summary "
+            f"(at least {needed} tokens)",
+        )
+    keep = room - frame
+    while True:  # a cut can merge tokens at its edge: shrink until it fits
+        cut = summary_message(snapshot, cut_text(snapshot.summary, keep) + SUMMARY_CUT_MARKER)
+        if cost_of_dict(cut) <= room or keep == 0:
+            return cut, True
+        keep -= cost_of_dict(cut) - room
+
+
+def _without_unanswered_calls(message: dict, answered: set[str]) -> dict | None:
+    """``message`` with only its tool calls that have a result in the window; ``None`` when
+    nothing of it is left (no answered call, no text)."""
+    calls = [c for c in message["tool_calls"] if c.get("id") in answered]
+    if calls:
+        return {**message, "tool_calls": calls}
+    rest = {k: v for k, v in message.items() if k != "tool_calls"}
+    if not rest.get("content"):
+        return None
+    return rest
 
 
 def page_sizer(max_messages: int | None, max_tokens: int | None) -> Callable[[int, int], int]:

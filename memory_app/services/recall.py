@@ -27,19 +27,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
 import re
 import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from django.core.exceptions import ImproperlyConfigured
 from django.db import connections, router, transaction
 from django.db.models import Q
 
 from ..conf import memory_settings
 from ..encryption import decrypt_text
-from ..exceptions import InvalidSearch
+from ..exceptions import EmbedderError, InvalidSearch
 from ..importance import should_recall
 from ..models import Embedding, Message, Session
 from ..providers.embeddings import Embedder, get_embedder
@@ -57,6 +57,8 @@ FULLTEXT_CONFIG = log.FULLTEXT_CONFIG
 
 #: ``Embedding.cursor``, quoted (CURSOR is an SQL keyword).
 CURSOR = '"cursor"'
+
+logger = logging.getLogger(__name__)
 
 
 def search(
@@ -157,39 +159,15 @@ class FusionConfig:
     neighbour_boost: float = 0.5
 
 
-FUSIONS = ("combsum", "rrf")
-
-
 def fusion_config() -> FusionConfig:
-    """The fusion settings, checked: a bad value raises ``ImproperlyConfigured``."""
-
-    def number(name: str, low: float, high: float | None = None) -> float:
-        value = getattr(memory_settings, name)
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, (int, float))
-            or not math.isfinite(value)
-            or value < low
-            or (high is not None and value > high)
-        ):
-            bound = f"from {low} to {high}" if high is not None else f"at least {low}"
-            raise ImproperlyConfigured(f"MEMORY_APP[{name!r}] must be a number {bound}")
-        return float(value)
-
-    method = memory_settings.FUSION
-    if method not in FUSIONS:
-        raise ImproperlyConfigured(f"MEMORY_APP['FUSION'] must be one of {', '.join(FUSIONS)}")
-    normalisation = memory_settings.FUSION_NORMALISATION
-    if normalisation not in fusion.NORMALISATIONS:
-        raise ImproperlyConfigured(
-            f"MEMORY_APP['FUSION_NORMALISATION'] must be one of {', '.join(fusion.NORMALISATIONS)}"
-        )
+    """The fusion settings in force (each checked by its rule when read: a bad value raises
+    ``ImproperlyConfigured``)."""
     return FusionConfig(
-        method=method,
-        normalisation=normalisation,
-        vector_weight=number("FUSION_VECTOR_WEIGHT", 0.0, 1.0),
-        rrf_k=number("RRF_K", 0.0),
-        neighbour_boost=number("NEIGHBOUR_BOOST", 0.0),
+        method=memory_settings.FUSION,
+        normalisation=memory_settings.FUSION_NORMALISATION,
+        vector_weight=float(memory_settings.FUSION_VECTOR_WEIGHT),
+        rrf_k=float(memory_settings.RRF_K),
+        neighbour_boost=float(memory_settings.NEIGHBOUR_BOOST),
     )
 
 
@@ -572,14 +550,21 @@ def recall_context(
     if not wanted:
         return RecallWindow(**_fields(first))
 
-    candidates = search(
-        session,
-        query,
-        limit=min(1000, recall_k + len(first.messages) + 5),
-        scope=scope,
-        roles=roles,
-        mode=mode,
-    )
+    try:
+        candidates = search(
+            session,
+            query,
+            limit=min(1000, recall_k + len(first.messages) + 5),
+            scope=scope,
+            roles=roles,
+            mode=mode,
+        )
+    except EmbedderError as err:
+        # The embedder is down (a provider outage): the conversation itself still goes out,
+        # with the whole budget, and the window says why nothing was recalled.
+        logger.warning("context(): recall skipped, the embedder failed: %s", err)
+        window = windows.window(session.pk, max_messages, max_tokens, model=model)
+        return RecallWindow(**_fields(window), recall_error=str(err))
 
     def pick(window: Window, budget: int | None) -> tuple[list[SearchResult], dict | None, int]:
         in_window = {c for c in window.cursors if c is not None}

@@ -6,7 +6,7 @@ from operator import attrgetter
 
 from ..conf import memory_settings
 from ..store import log, snapshots
-from ..tokens import count_message, encoding_name_for_model
+from ..tokens import count_message, encoding_name_for_model, first_tokens
 from ..types import StoredMessage, Window
 from ..validation import check_count
 from .context import assemble_window, page_sizer
@@ -62,4 +62,5 @@ def window(
         max_tokens=max_tokens,
         cost=cost,
         cost_of_dict=lambda d: count_message(d, encoding),
+        cut_text=lambda text, n: first_tokens(text, n, encoding),
     )

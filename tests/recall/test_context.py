@@ -157,3 +157,19 @@ def test_recall_is_skipped_when_not_needed(long_chat):
     assert long_chat.context("Clara", max_tokens=600, recall_k=0).messages == plain.messages
     with pytest.raises(InvalidSearch):
         long_chat.context("Clara", max_tokens=600, recall_k=-1)
+
+
+def test_context_falls_back_to_the_plain_window_when_the_embedder_is_down(
+    db, user, openai_embedder
+):
+    mem = Memory.session("outage", owner=user, namespace="tests")
+    mem.add_many([{"role": "user", "content": f"turn {i} about the cabin"} for i in range(8)])
+    openai_embedder.fail_next(times=5, status=503, message="embeddings are down")
+    window = mem.context("where is the cabin?", max_tokens=2000)
+    assert window.recall_error and "down" in window.recall_error
+    assert window.recalled == () and window.recall_tokens == 0
+    plain = mem.window(max_tokens=2000)
+    assert window.messages == plain.messages and window.budget_tokens == plain.budget_tokens
+    # Once the embedder answers again, recall is back.
+    openai_embedder.reset()
+    assert mem.context("where is the cabin?", max_tokens=2000).recall_error is None

@@ -11,8 +11,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memory_app.exceptions import InvalidMessage
-from memory_app.services.context import assemble_window, summary_message, tool_groups_newest_first
+from memory_app.exceptions import BudgetTooSmall, InvalidMessage
+from memory_app.services.context import (
+    SUMMARY_CUT_MARKER,
+    SUMMARY_PREFIX,
+    assemble_window,
+    summary_message,
+    tool_groups_newest_first,
+)
 from memory_app.types import SnapshotView, StoredMessage
 from memory_app.validation import (
     ALLOWED_KEYS,
@@ -150,19 +156,33 @@ def test_batch_validator_accepts_or_refuses_with_invalid_message_only(batch):
 # -- windows --------------------------------------------------------------------------------------
 
 
+def dict_cost(message: dict) -> int:
+    """A stand-in tokenizer: a quarter of the text, plus what tool calls add."""
+    return (
+        3 + len(str(message.get("content") or "")) // 4 + 5 * len(message.get("tool_calls") or ())
+    )
+
+
+def cut_text(text: str, n: int) -> str:
+    return text[: 4 * n]
+
+
 @st.composite
 def logs(draw) -> list[StoredMessage]:
     """A session's log: system prompts, user and assistant turns, tool calls with some or all
-    of their results, and stray tool results whose call is gone."""
+    of their results, and stray tool results whose call is gone. A stored message costs at least
+    what its OpenAI form costs (``dict_cost``), as real counts do."""
     messages: list[StoredMessage] = []
 
     def add(role, **fields):
+        content = fields.pop("content", f"{role} {len(messages) + 1}")
+        openai = StoredMessage(cursor=0, role=role, content=content, tokens=0, **fields)
         messages.append(
             StoredMessage(
                 cursor=len(messages) + 1,
                 role=role,
-                content=fields.pop("content", f"{role} {len(messages) + 1}"),
-                tokens=draw(st.integers(1, 40)),
+                content=content,
+                tokens=dict_cost(openai.as_openai()) + draw(st.integers(0, 30)),
                 **fields,
             )
         )
@@ -174,7 +194,7 @@ def logs(draw) -> list[StoredMessage]:
             ids = [f"call_{len(messages)}_{i}" for i in range(draw(st.integers(1, 3)))]
             add(
                 "assistant",
-                content="",
+                content=draw(st.sampled_from(["", "Let me look."])),
                 tool_calls=[
                     {"id": i, "type": "function", "function": {"name": "f", "arguments": "{}"}}
                     for i in ids
@@ -191,14 +211,24 @@ def logs(draw) -> list[StoredMessage]:
     return messages
 
 
-def dict_cost(message: dict) -> int:
-    return 3 + len(str(message.get("content") or "")) // 4
+def openai_accepts(messages: list[dict]) -> bool:
+    """Every tool call of the window has its result after it, every result a call before it."""
+    called: set[str] = set()
+    answered: set[str] = set()
+    for message in messages:
+        if message["role"] == "tool":
+            if message["tool_call_id"] not in called - answered:
+                return False
+            answered.add(message["tool_call_id"])
+        called |= {c["id"] for c in message.get("tool_calls") or ()}
+    return called == answered
 
 
 @PROPERTY_SETTINGS
 @given(
     log=logs(),
     snapshot_at=st.none() | st.floats(0, 1),
+    summary=st.sampled_from(["what happened", "a long story " * 40]),
     pinned=st.lists(
         st.sampled_from(
             [{"role": "user", "content": "the task"}, {"role": "system", "content": "pinned rules"}]
@@ -208,93 +238,133 @@ def dict_cost(message: dict) -> int:
     max_tokens=st.none() | st.integers(0, 400),
     max_messages=st.none() | st.integers(0, 30),
 )
-def test_window_invariants(log, snapshot_at, pinned, max_tokens, max_messages):
+def test_window_invariants(log, snapshot_at, summary, pinned, max_tokens, max_messages):
     snapshot = None
     if snapshot_at is not None and log:
         snapshot = SnapshotView(
             version=1,
             upto=max(1, round(snapshot_at * len(log))),
-            summary="what happened",
+            summary=summary,
             pinned=pinned,
         )
     after = snapshot.upto if snapshot else 0
     system = [m for m in log if m.role == "system"]
-    window = assemble_window(
-        snapshot=snapshot,
-        system_messages=system,
-        newest_first=reversed([m for m in log if m.cursor > after]),
-        max_messages=max_messages,
-        max_tokens=max_tokens,
-        cost=attrgetter("tokens"),
-        cost_of_dict=dict_cost,
-    )
+    pinned_counted = [p for p in pinned if p["role"] != "system"] if snapshot else []
+    try:
+        window = assemble_window(
+            snapshot=snapshot,
+            system_messages=system,
+            newest_first=reversed([m for m in log if m.cursor > after]),
+            max_messages=max_messages,
+            max_tokens=max_tokens,
+            cost=attrgetter("tokens"),
+            cost_of_dict=dict_cost,
+            cut_text=cut_text,
+        )
+    except BudgetTooSmall:
+        # Only when not even the pinned messages and the summary's frame fit.
+        frame = dict_cost(summary_message(snapshot, SUMMARY_CUT_MARKER))
+        assert sum(map(dict_cost, pinned_counted)) + frame > max_tokens
+        return
     by_cursor = {m.cursor: m for m in log}
     assert len(window.messages) == len(window.cursors)
+    assert openai_accepts(window.messages)
+
+    # The budget is never exceeded; the summary is cut only when it must be.
+    if max_tokens is not None:
+        assert window.budget_tokens <= max_tokens
+    summaries = [
+        m
+        for m, c in zip(window.messages, window.cursors, strict=True)
+        if c is None and str(m.get("content")).startswith(SUMMARY_PREFIX)
+    ]
+    head_cost = sum(map(dict_cost, pinned_counted + summaries))
+    if snapshot:
+        whole = summary_message(snapshot)
+        fits = max_tokens is None or dict_cost(whole) + sum(map(dict_cost, pinned_counted)) <= (
+            max_tokens
+        )
+        assert window.summary_truncated == (not fits)
+        [shown] = summaries
+        assert shown == whole if fits else shown["content"].endswith(SUMMARY_CUT_MARKER)
+    else:
+        assert not window.summary_truncated and summaries == []
 
     # System messages are always kept, covered by the snapshot or not, as stored.
     for message in system:
         index = window.cursors.index(message.cursor)
         assert window.messages[index] == message.as_openai()
 
-    # Order is preserved: cursors rise through the window.
+    # Order is preserved: cursors rise through the window. A message is shown as stored, or
+    # with only its answered tool calls (the ids left out are said).
     cursors = [c for c in window.cursors if c is not None]
     assert cursors == sorted(set(cursors))
+    unanswered = set(window.unanswered_tool_calls)
     for cursor, message in zip(window.cursors, window.messages, strict=True):
-        if cursor is not None:
-            assert message == by_cursor[cursor].as_openai()
+        if cursor is None:
+            continue
+        stored = by_cursor[cursor].as_openai()
+        if message != stored:
+            calls = [c for c in stored["tool_calls"] if c["id"] not in unanswered]
+            expected = {k: v for k, v in stored.items() if k != "tool_calls"}
+            assert message == ({**expected, "tool_calls": calls} if calls else expected)
 
-    # The summary and pinned messages come once each, and count toward the budget.
-    head = []
-    if snapshot:
-        head = [summary_message(snapshot), *[p for p in pinned if p["role"] != "system"]]
-        assert window.messages.count(summary_message(snapshot)) == 1
-    head_tokens = sum(dict_cost(m) for m in head)
-
-    # Tool groups are whole: every kept result answers a call kept before it, and every kept
-    # call keeps all of its results (call ids are unique in these logs).
+    # Selected: what the window shows, and the assistant messages left out whole because none
+    # of their calls was answered (and they said nothing else).
     kept = {c for c in cursors if by_cursor[c].role != "system"}
+    dropped = {
+        m.cursor
+        for m in log
+        if m.cursor > after
+        and m.tool_calls
+        and m.cursor not in kept
+        and {c["id"] for c in m.tool_calls} <= unanswered
+    }
+    assert not {by_cursor[c].content for c in dropped} - {""}
+    selected = kept | dropped
+
+    # Tool groups are whole: every kept result answers a call kept before it, and every
+    # selected call keeps all of its results (call ids are unique in these logs).
     call_at = {
         call["id"]: m.cursor
         for m in log
         if m.role == "assistant" and m.tool_calls
         for call in m.tool_calls
     }
-    for cursor in kept:
+    for cursor in selected:
         message = by_cursor[cursor]
         if message.role == "tool":
             assert call_at.get(message.tool_call_id) in kept
             assert call_at[message.tool_call_id] < cursor
         elif message.role == "assistant" and message.tool_calls:
             ids = {call["id"] for call in message.tool_calls}
-            assert {
+            results = {
                 m.cursor
                 for m in log
                 if m.role == "tool" and m.cursor > after and m.tool_call_id in ids
-            } <= kept
+            }
+            assert results <= kept
+            answered = {by_cursor[r].tool_call_id for r in results}
+            assert ids - answered <= unanswered
 
-    # What is kept is the newest groups, newest first, as the grouping forms them.
+    # What is selected is the newest groups, newest first, as the grouping forms them.
     groups = list(tool_groups_newest_first(reversed([m for m in log if m.cursor > after])))
-    kept_groups = [g for g in groups if {m.cursor for m in g} & kept]
-    for group in kept_groups:
-        assert {m.cursor for m in group} <= kept
-    assert kept == {m.cursor for g in kept_groups for m in g}
-    assert kept_groups == groups[: len(kept_groups)]
+    chosen = [g for g in groups if {m.cursor for m in g} & selected]
+    for group in chosen:
+        assert {m.cursor for m in group} <= selected
+    assert selected == {m.cursor for g in chosen for m in g}
+    assert chosen == groups[: len(chosen)]
 
-    # The budget holds, and the next older group would not have fitted.
-    tail_tokens = sum(by_cursor[c].tokens for c in kept)
-    assert window.budget_tokens == head_tokens + tail_tokens
-    system_tokens = sum(m.tokens for m in system) + sum(
-        dict_cost(p) for p in (snapshot.pinned if snapshot else []) if p["role"] == "system"
-    )
-    assert window.tokens == window.budget_tokens + system_tokens
-    room = None if max_tokens is None else max(0, max_tokens - head_tokens)
+    # The next older group would not have fitted (priced as stored, before calls are left out).
+    selected_tokens = sum(by_cursor[c].tokens for c in selected)
+    room = None if max_tokens is None else max(0, max_tokens - head_cost)
     if room is not None:
-        assert tail_tokens <= room
+        assert selected_tokens <= room
     if max_messages is not None:
-        assert len(kept) <= max_messages
-    if len(groups) > len(kept_groups):
-        nxt = groups[len(kept_groups)]
-        too_many_tokens = room is not None and tail_tokens + sum(m.tokens for m in nxt) > room
-        too_many_messages = max_messages is not None and len(kept) + len(nxt) > max_messages
+        assert len(selected) <= max_messages
+    if len(groups) > len(chosen):
+        nxt = groups[len(chosen)]
+        too_many_tokens = room is not None and selected_tokens + sum(m.tokens for m in nxt) > room
+        too_many_messages = max_messages is not None and len(selected) + len(nxt) > max_messages
         assert too_many_tokens or too_many_messages
-    assert window.first_cursor == (min(kept) if kept else None)
+    assert window.first_cursor == (min(selected) if selected else None)

@@ -218,3 +218,118 @@ def test_window_refuses_a_model_whose_encoding_is_unknown(mem):
         assert mem.window(model="no-such-model").budget_tokens == count_message(
             user("hello"), "cl100k_base"
         )
+
+
+# ---- windows OpenAI accepts ---------------------------------------------------------------
+def calls(*ids, content=None):
+    return {
+        "role": "assistant",
+        "content": content,
+        "tool_calls": [
+            {"id": i, "type": "function", "function": {"name": "lookup", "arguments": "{}"}}
+            for i in ids
+        ],
+    }
+
+
+def result(call_id, text="ok"):
+    return {"role": "tool", "tool_call_id": call_id, "content": text}
+
+
+def openai_accepts(messages: list[dict]) -> bool:
+    """OpenAI's rule for a history: every tool call is answered by the tool messages right
+    after its assistant message, and every tool message answers such a call."""
+    index = 0
+    while index < len(messages):
+        message = messages[index]
+        if message["role"] == "tool":
+            return False  # a result not right after its call
+        index += 1
+        wanted = {c["id"] for c in message.get("tool_calls") or ()}
+        while index < len(messages) and messages[index]["role"] == "tool":
+            if messages[index]["tool_call_id"] not in wanted:
+                return False
+            wanted.discard(messages[index]["tool_call_id"])
+            index += 1
+        if wanted:
+            return False
+    return True
+
+
+def test_a_call_still_being_answered_is_left_out_and_said(mem):
+    mem.add(user("weather?"))
+    mem.add(calls("w1"))  # the agent stored its call and is running the tool now
+    window = mem.window()
+    assert [m["role"] for m in window] == ["user"]
+    assert window.unanswered_tool_calls == ("w1",)
+    assert window.tokens == mem.messages()[0].tokens
+    assert openai_accepts(window.messages)
+    mem.add(result("w1", "sunny"))
+    answered = mem.window()
+    assert [m["role"] for m in answered] == ["user", "assistant", "tool"]
+    assert answered.unanswered_tool_calls == ()
+
+
+def test_a_call_whose_result_never_came_keeps_the_text_and_the_answered_calls(mem):
+    mem.add_many(
+        [
+            user("weather in Oslo and Bergen?"),
+            calls("a", "b", content="Let me look both up."),
+            result("a", "sunny"),
+            user("and?"),
+        ]
+    )
+    window = mem.window()
+    assistant_message = window.messages[1]
+    assert assistant_message["content"] == "Let me look both up."
+    assert [c["id"] for c in assistant_message["tool_calls"]] == ["a"]
+    assert window.unanswered_tool_calls == ("b",)
+    assert openai_accepts(window.messages)
+    assert window.tokens == sum(count_message(m) for m in window.messages)
+    mem.add(calls("c", content="Checking."))
+    newest = mem.window()
+    assert newest.messages[-1] == {"role": "assistant", "content": "Checking."}
+    assert newest.unanswered_tool_calls == ("b", "c")
+
+
+def test_a_tool_call_without_arguments_is_refused(mem):
+    from memory_app.exceptions import InvalidMessage
+
+    bad = calls("x")
+    del bad["tool_calls"][0]["function"]["arguments"]
+    with pytest.raises(InvalidMessage, match="function.arguments") as raised:
+        mem.add(bad)
+    assert raised.value.field == "tool_calls"
+    assert mem.count() == 0
+
+
+def test_a_summary_larger_than_the_budget_is_cut_to_fit_and_flagged(mem):
+    from memory_app.services.context import SUMMARY_CUT_MARKER
+
+    stored = mem.add_many([user(f"turn {i} " * 20) for i in range(4)])
+    long_summary = " ".join(f"Fact {i}: the user likes item number {i}." for i in range(3000))
+    mem.save_snapshot(long_summary, upto=stored[2].cursor, prev=None)
+    for budget in (100, 37, 2000):
+        window = mem.window(max_tokens=budget)
+        assert window.budget_tokens <= budget
+        assert window.tokens == sum(count_message(m) for m in window.messages)
+        assert window.summary_truncated
+        summary = window.messages[0]["content"]
+        assert summary.startswith(SUMMARY_PREFIX + "Fact 0:")
+        assert summary.endswith(SUMMARY_CUT_MARKER)
+        assert budget - window.budget_tokens < 10  # cut to the budget, not far below it
+    whole = mem.window()
+    assert not whole.summary_truncated
+    assert whole.messages[0]["content"] == SUMMARY_PREFIX + long_summary
+
+
+def test_a_budget_that_cannot_hold_the_pinned_messages_is_refused(mem):
+    from memory_app.exceptions import BudgetTooSmall
+
+    stored = mem.add_many([user("the task: " + "plan the trip " * 40), user("ok")])
+    mem.save_snapshot("summary", upto=stored[0].cursor, prev=None, pinned=[stored[0]])
+    pinned_tokens = count_message(stored[0].as_openai())
+    with pytest.raises(BudgetTooSmall) as raised:
+        mem.window(max_tokens=pinned_tokens)
+    assert raised.value.field == "max_tokens" and raised.value.status_code == 400
+    assert mem.window(max_tokens=pinned_tokens + 40).budget_tokens <= pinned_tokens + 40
