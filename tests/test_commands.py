@@ -51,14 +51,38 @@ def test_demo_admin_password_changes_an_existing_admin(db, monkeypatch, client):
     assert admin.check_password("secret")
 
 
-def test_memory_demo_creates_api_users(db, capsys):
+def test_memory_demo_creates_api_users_with_a_session_of_their_own(db, capsys):
     call_command("memory_demo", "--user", "alice")
     call_command("memory_demo", "--user", "alice", "--user", "bob")
     users = get_user_model().objects.filter(username__in=["alice", "bob"])
     assert sorted(u.username for u in users) == ["alice", "bob"]
     assert not any(u.has_usable_password() or u.is_staff for u in users)
     out = capsys.readouterr().out
-    assert "User alice created." in out and "User alice exists." in out
+    alice = get_user_model().objects.get(username="alice")
+    [session] = Memory.sessions(owner=alice)
+    assert session.message_count == 10 and session.has_snapshot
+    # What is printed for alice is her session, which her API token can read.
+    assert f"User alice created; their session {session.id} has 10 messages." in out
+    assert f"User alice exists; their session {session.id}" in out
+    admin = get_user_model().objects.get(username="admin")
+    [admins] = Memory.sessions(owner=admin)
+    assert admins.id != session.id and f"session {admins.id} has 10 messages" in out
+
+
+@pytest.mark.parametrize(
+    ("name", "says"),
+    [
+        ("", "'' is not a user name"),
+        ("a b", "'a b' is not a user name: Enter a valid username"),
+        ("x" * 300, "at most 150 characters"),
+        ("bad\x00name", "is not a user name"),
+    ],
+)
+def test_memory_demo_refuses_a_user_name_the_admin_could_not_edit(db, name, says):
+    with pytest.raises(CommandError, match=says) as raised:
+        call_command("memory_demo", "--user", name)
+    assert "\n" not in str(raised.value)
+    assert not get_user_model().objects.exclude(username="admin").exists()
 
 
 def test_settings_check_reports_bad_values():
@@ -254,6 +278,11 @@ def test_without_tqdm_the_progress_is_a_counter_line(stored, monkeypatch, capsys
             ("memory_summarize", "--all", "--keep-recent", "-1"),
             "argument --keep-recent: must not be negative",
         ),
+        # A value that starts with a dash reaches its option's type (argparse alone said only
+        # "expected one argument").
+        (("memory_prune", "--idle", "-5d"), "argument --idle: must be longer than zero, not '-5d'"),
+        (("memory_demo", "--user", "-a b"), "argument --user: '-a b' is not a user name"),
+        (("memory_demo", "--user", ""), "argument --user: '' is not a user name"),
     ],
 )
 def test_from_the_shell_a_bad_argument_is_a_usage_error_not_a_traceback(db, args, says):

@@ -16,13 +16,16 @@ import sys
 import uuid
 from typing import Any
 
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
 from ..exceptions import InvalidSession, MemoryStoreError
 from ..models import Session
 from ..validation import MAX_COUNT, check_session_fields
 
-_DURATION = re.compile(r"^(\d+)([smhdw])$")
+_DURATION = re.compile(r"^([+-]?\d+)([smhdw])$")
+_NEGATIVE = re.compile(r"^-\d")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 #: The longest duration taken: a century (``now`` minus more than that leaves the calendar).
 MAX_DURATION = dt.timedelta(days=36500)
@@ -94,8 +97,22 @@ def session_id(text: str | uuid.UUID) -> uuid.UUID:
         raise argparse.ArgumentTypeError(f"is a session id (a UUID), not {text!r}") from None
 
 
+def username(text: str) -> str:
+    """A user name as the user model's own field accepts one (its validators and length), so
+    a command never creates a user the admin could not edit."""
+    field = get_user_model()._meta.get_field(get_user_model().USERNAME_FIELD)
+    try:
+        field.clean(text, None)
+    except ValidationError as err:
+        shown = repr(text) if len(text) <= 40 else repr(text[:37] + "...")
+        raise argparse.ArgumentTypeError(
+            f"{shown} is not a user name: {' '.join(err.messages)}"
+        ) from None
+    return text
+
+
 #: The argument types above: ``MemoryCommand`` applies them to keyword options as well.
-ARGUMENT_TYPES = frozenset({duration, positive_int, non_negative_int, session_id})
+ARGUMENT_TYPES = frozenset({duration, positive_int, non_negative_int, session_id, username})
 
 
 def existing_sessions(
@@ -174,6 +191,39 @@ class MemoryCommand(BaseCommand):
     def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any):
         self._parser = super().create_parser(prog_name, subcommand, **kwargs)
         return self._parser
+
+    def run_from_argv(self, argv: list[str]) -> None:
+        super().run_from_argv(self._negative_values_attached(argv))
+
+    def _negative_values_attached(self, argv: list[str]) -> list[str]:
+        """``--idle -5d`` as ``--idle=-5d``: argparse takes a value that starts with a dash for
+        an option (and says only "expected one argument"); attached, it reaches the option's
+        type, which says what is wrong with it."""
+        parser = self.create_parser(argv[0], argv[1])
+        options = {option for action in _actions(parser) for option in action.option_strings}
+        takes_value = {
+            option
+            for action in _actions(parser)
+            if action.nargs is None and action.option_strings and action.type is not None
+            for option in action.option_strings
+        }
+
+        def is_option(arg: str) -> bool:  # or an abbreviation of one, as argparse reads it
+            return arg == "--" or any(option.startswith(arg.split("=")[0]) for option in options)
+
+        fixed: list[str] = []
+        for arg in argv:
+            if (
+                fixed
+                and fixed[-1] in takes_value
+                and arg.startswith("-")
+                and arg != "-"
+                and (_NEGATIVE.match(arg) or not is_option(arg))
+            ):
+                fixed[-1] = f"{fixed[-1]}={arg}"
+            else:
+                fixed.append(arg)
+        return fixed
 
     def execute(self, *args: Any, **options: Any) -> Any:
         self._convert_keyword_options(options)

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from io import StringIO
+from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -35,9 +39,27 @@ def test_export_by_primary_key_and_to_stdout(user, alice_memory):
     assert len(exported["sessions"]) == 2
 
 
-def test_erase_needs_yes(user, alice_memory):
-    with pytest.raises(CommandError, match="would erase 2 session"):
-        run("erase", "alice")
+def test_erase_without_yes_only_reports_and_succeeds(user, alice_memory):
+    said = run("erase", "alice")
+    assert "Would erase 2 session(s) and 10 message(s) of alice; pass --yes" in said
+    assert owner_rows(user.pk)["Message"] == 10
+
+
+@pytest.mark.django_db(transaction=True)  # the command runs in another process
+def test_erase_without_yes_exits_0_from_the_shell(user, alice_memory):
+    from tests.conftest import database_url
+
+    env = {**os.environ, "DATABASE_URL": database_url()}
+    done = subprocess.run(
+        [sys.executable, "manage.py", "memory_owner", "erase", "alice"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Would erase 2 session(s)" in done.stdout
     assert owner_rows(user.pk)["Message"] == 10
 
 

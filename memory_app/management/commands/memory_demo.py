@@ -7,7 +7,7 @@ import os
 from django.contrib.auth import get_user_model
 
 from memory_app import Memory
-from memory_app.management.base import MemoryCommand
+from memory_app.management.base import MemoryCommand, username
 
 DEMO_KEY = "demo-trip-planning"
 
@@ -67,7 +67,8 @@ CONVERSATION = [
 class Command(MemoryCommand):
     help = (
         "Create the admin login (admin / admin unless DEMO_ADMIN_PASSWORD is set) and a demo "
-        "session; --user NAME also creates an API user of that name (idempotent)."
+        "session; --user NAME also creates an API user of that name with a demo session of "
+        "their own (idempotent)."
     )
 
     def add_arguments(self, parser):
@@ -75,9 +76,10 @@ class Command(MemoryCommand):
             "--user",
             action="append",
             default=[],
+            type=username,
             metavar="NAME",
             help="Also create this user (no password: it signs in with an API token, e.g. "
-            "`manage.py drf_create_token NAME`). Repeatable.",
+            "`manage.py drf_create_token NAME`) and a demo session they own. Repeatable.",
         )
 
     def handle(self, *args, **options):
@@ -92,32 +94,42 @@ class Command(MemoryCommand):
         if created or chosen is not None:
             admin.set_password(chosen if chosen is not None else "admin")
             admin.save()
-        for name in options["user"]:
-            user, made = User.objects.get_or_create(username=name)
-            if made:
-                user.set_unusable_password()
-                user.save(update_fields=["password"])
-            self.stdout.write(f"User {name} {'created' if made else 'exists'}.")
-        mem = Memory.session(
-            DEMO_KEY, owner=admin, namespace="travel-agent", title="Planning a week in Norway"
-        )
-        if mem.count() == 0:
-            stored = mem.add_many(CONVERSATION)
-            mem.set_meta("channel", "web")
-            mem.save_snapshot(
-                "Ada plans a June week in Norway, prefers fjords and hiking, does not eat fish. "
-                "Bergen is rainy (17 °C); Bergen → Flåm by rail takes ~5.5 h.",
-                upto=stored[7].cursor,
-                prev=None,
-                model="demo",
-                pinned=[CONVERSATION[3]],
-            )
         password = (
             "(DEMO_ADMIN_PASSWORD)"
             if chosen is not None
             else ("admin" if created else "(unchanged)")
         )
+        mem = demo_session(admin)
         self.stdout.write(
             f"Demo ready: log in at /admin/ as admin / {password}; "
             f"session {mem.id} has {mem.count()} messages."
         )
+        for name in options["user"]:
+            user, made = User.objects.get_or_create(username=name)
+            if made:
+                user.set_unusable_password()
+                user.save(update_fields=["password"])
+            mem = demo_session(user)
+            self.stdout.write(
+                f"User {name} {'created' if made else 'exists'}; their session {mem.id} has "
+                f"{mem.count()} messages."
+            )
+
+
+def demo_session(owner):
+    """The demo conversation of ``owner``, created with its snapshot when missing."""
+    mem = Memory.session(
+        DEMO_KEY, owner=owner, namespace="travel-agent", title="Planning a week in Norway"
+    )
+    if mem.count() == 0:
+        stored = mem.add_many(CONVERSATION)
+        mem.set_meta("channel", "web")
+        mem.save_snapshot(
+            "Ada plans a June week in Norway, prefers fjords and hiking, does not eat fish. "
+            "Bergen is rainy (17 °C); Bergen → Flåm by rail takes ~5.5 h.",
+            upto=stored[7].cursor,
+            prev=None,
+            model="demo",
+            pinned=[CONVERSATION[3]],
+        )
+    return mem

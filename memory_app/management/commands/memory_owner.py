@@ -48,7 +48,7 @@ class Command(MemoryCommand):
         erase.add_argument(
             "--yes",
             action="store_true",
-            help="Really erase (without it, only say what would be erased).",
+            help="Really erase (without it, only say what would be erased, and exit 0).",
         )
 
     def handle(self, *args, action: str, user: str, id: bool, no_progress: bool, **options):
@@ -101,8 +101,9 @@ class Command(MemoryCommand):
             f"{total['sessions']} session(s) and {total['messages']} message(s) of "
             f"{owner.get_username()}"
         )
-        if not yes:
-            raise CommandError(f"would erase {what}; pass --yes to erase them")
+        if not yes:  # a report, not a failure: nothing was asked to change
+            self.stdout.write(f"Would erase {what}; pass --yes to erase them.")
+            return
         with progress(total=4, unit="table", disable=no_progress) as bar:
 
             def step(table: str, rows: int) -> None:
