@@ -17,6 +17,7 @@ import json
 import logging
 import uuid
 from collections.abc import Callable
+from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlencode
 
@@ -25,6 +26,7 @@ from django.contrib import admin, messages
 from django.contrib.admin.utils import model_ngettext, quote, unquote
 from django.core.exceptions import PermissionDenied
 from django.core.serializers.json import DjangoJSONEncoder
+from django.db import OperationalError, connections, router, transaction
 from django.db.models import Count, Exists, OuterRef, Q, QuerySet, Subquery
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
@@ -85,9 +87,81 @@ def _download(data: Any, filename: str) -> HttpResponse:
     return response
 
 
+def search_terms(search_term: str) -> list[str]:
+    """The words of a search box entry (quoted phrases kept whole), each once, case aside."""
+    terms: dict[str, str] = {}
+    for bit in smart_split(search_term):
+        if bit.startswith(('"', "'")) and bit[0] == bit[-1] and len(bit) > 1:
+            bit = unescape_string_literal(bit)
+        if bit.strip():
+            terms.setdefault(bit.casefold(), bit)
+    return list(terms.values())
+
+
+@contextmanager
+def statement_timeout(using: str, milliseconds: int):
+    """A transaction on ``using`` whose statements PostgreSQL stops after ``milliseconds``
+    (``SET LOCAL``: the cap ends with the transaction, pooler-safe); plain elsewhere."""
+    with transaction.atomic(using=using):
+        connection = connections[using]
+        if connection.vendor == "postgresql" and milliseconds:
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT set_config('statement_timeout', %s, true)", [f"{milliseconds}ms"]
+                )
+        yield
+
+
+def is_query_canceled(error: OperationalError) -> bool:
+    """Whether ``error`` is PostgreSQL stopping a statement (``statement_timeout``)."""
+    return getattr(error.__cause__, "sqlstate", None) == "57014"
+
+
 def _export_name(session: Session) -> str:
     key = slugify(session.key)[:60] or session.pk
     return f"session-{slugify(session.namespace) or 'ns'}-{key}.json"
+
+
+class _AsTyped(str):
+    """Text from the form shown back as it was typed (not parsed and written out again)."""
+
+
+class MetadataField(forms.JSONField):
+    """Session metadata as typed in the admin: a JSON object (an empty box is ``{}``).
+
+    Whatever is typed comes back to the page as typed when the rule book refuses it (lone
+    surrogates, nesting past ``MAX_JSON_DEPTH``, past Python's own recursion limit): such data
+    cannot be written out as UTF-8 or re-encoded, and would otherwise make the page a 500.
+    """
+
+    def to_python(self, value: Any) -> Any:
+        if isinstance(value, str) and not value.strip():
+            return {}
+        try:
+            converted = super().to_python(value)
+        except RecursionError:
+            raise forms.ValidationError("is nested too deeply to read", code="invalid") from None
+        if converted is None:
+            raise forms.ValidationError("must be a JSON object ({} for none), not null")
+        return converted
+
+    def bound_data(self, data: Any, initial: Any) -> Any:
+        try:
+            value = super().bound_data(data, initial)
+        except RecursionError:
+            return _AsTyped(data)
+        if isinstance(data, str) and validation.unstorable(value):
+            return _AsTyped(data)
+        return value
+
+    def prepare_value(self, value: Any) -> Any:
+        return value if isinstance(value, _AsTyped) else super().prepare_value(value)
+
+    def has_changed(self, initial: Any, data: Any) -> bool:
+        try:
+            return super().has_changed(initial, data)
+        except (forms.ValidationError, RecursionError):
+            return True
 
 
 class SessionForm(forms.ModelForm):
@@ -96,6 +170,8 @@ class SessionForm(forms.ModelForm):
 
     #: The form fields the rule book checks, by the name ``check_session_fields`` takes.
     checked = ("title", "metadata", "expires_at")
+
+    metadata = MetadataField(required=False, widget=forms.Textarea(attrs={"rows": 6}))
 
     class Meta:
         model = Session
@@ -200,6 +276,12 @@ class SessionAdmin(admin.ModelAdmin):
     # The fields are listed so that the search box shows; get_search_results does the work.
     search_fields = ("key", "title")
     search_help_text = "Searches keys, titles and the text of every message."
+    #: Most distinct words a search matches (each is a scan of the messages); the rest are left
+    #: out, and the page says so.
+    search_max_terms = 8
+    #: Longest a query of the session list may run, in milliseconds (PostgreSQL): a search
+    #: nobody waits for any more must not keep the database busy.
+    statement_timeout_ms = 5000
     date_hierarchy = "updated_at"
     ordering = ("-updated_at",)
     list_select_related = ("owner",)
@@ -256,7 +338,28 @@ class SessionAdmin(admin.ModelAdmin):
                     request, f"No session has the id {bad[0]!r}: nothing was done.", messages.ERROR
                 )
                 return HttpResponseRedirect(request.get_full_path())
-        return super().changelist_view(request, {"title": "Sessions", **(extra_context or {})})
+        context = {"title": "Sessions", **(extra_context or {})}
+        if request.method != "GET":  # actions may take long (a delete): only reads are capped
+            return super().changelist_view(request, context)
+        try:
+            with statement_timeout(router.db_for_read(Session), self.statement_timeout_ms):
+                response = super().changelist_view(request, context)
+                if hasattr(response, "render"):
+                    response.render()  # the rows are read while rendering: inside the cap
+                return response
+        except OperationalError as err:
+            if not is_query_canceled(err):
+                raise
+            seconds = self.statement_timeout_ms / 1000
+            self.message_user(
+                request,
+                f"The list took longer than {seconds:g} s and was stopped: search for fewer or "
+                "more distinctive words, or narrow it with the filters.",
+                messages.ERROR,
+            )
+            # Back to the plain list, unless that is what ran too long (then to the index).
+            fallback = _to_changelist if request.GET else _to_index
+            return HttpResponseRedirect(fallback(self, request, (), {}))
 
     @_reported(_to_changelist)
     def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
@@ -285,17 +388,23 @@ class SessionAdmin(admin.ModelAdmin):
 
         Message text is matched with ``EXISTS`` (one subquery per term, not a join), so a
         session with many matching messages is listed once and the query count stays put.
+        Terms are matched once each (case aside), at most ``search_max_terms`` of them.
         """
-        for bit in smart_split(search_term):
-            if bit.startswith(('"', "'")) and bit[0] == bit[-1] and len(bit) > 1:
-                bit = unescape_string_literal(bit)
-            if not bit:
-                continue
+        terms = search_terms(search_term)
+        if len(terms) > self.search_max_terms:
+            self.message_user(
+                request,
+                f"Only the first {self.search_max_terms} of the {len(terms)} words were searched "
+                f"for: {', '.join(terms[: self.search_max_terms])}.",
+                messages.WARNING,
+            )
+            terms = terms[: self.search_max_terms]
+        for term in terms:
             in_messages = Exists(
-                Message.objects.filter(session=OuterRef("pk"), content__icontains=bit)
+                Message.objects.filter(session=OuterRef("pk"), content__icontains=term)
             )
             queryset = queryset.filter(
-                Q(key__icontains=bit) | Q(title__icontains=bit) | in_messages
+                Q(key__icontains=term) | Q(title__icontains=term) | in_messages
             )
         return queryset, False
 

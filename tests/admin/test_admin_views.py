@@ -87,6 +87,53 @@ def test_search_finds_message_text_once_per_session(admin_client, trip, make_ses
     assert listed_keys(admin_client.get(CHANGELIST, {"q": "no-such-text"})) == []
 
 
+def test_search_terms_are_matched_once_each_and_capped(admin_client, trip, make_session):
+    from memory_app.admin import SessionAdmin
+
+    make_session("plain", 3)
+    with CaptureQueriesContext(connection) as once:
+        admin_client.get(CHANGELIST, {"q": "oslo"})
+    with CaptureQueriesContext(connection) as repeated:
+        response = admin_client.get(CHANGELIST, {"q": "oslo OSLO Oslo oslo"})
+    assert listed_keys(response) == ["trip-norway"]
+
+    def subqueries(queries) -> int:
+        return max(q["sql"].count("EXISTS") for q in queries)
+
+    assert subqueries(repeated) == subqueries(once)  # a repeated word is matched once
+
+    cap = SessionAdmin.search_max_terms
+    words = " ".join(f"w{i}" for i in range(200))
+    with CaptureQueriesContext(connection) as capped:
+        response = admin_client.get(CHANGELIST, {"q": words})
+    assert response.status_code == 200 and listed_keys(response) == []
+    assert subqueries(capped) == subqueries(once) - 1 + cap
+    said = page_messages(response)
+    assert any(f"Only the first {cap} of the 200 words" in m for m in said), said
+
+
+def test_a_list_that_runs_too_long_is_stopped_and_said(admin_client, trip, monkeypatch):
+    from memory_app.admin import SessionAdmin
+
+    if connection.vendor != "postgresql":
+        pytest.skip("statement_timeout is PostgreSQL's")
+    monkeypatch.setattr(SessionAdmin, "statement_timeout_ms", 50)
+    # A search whose every row sleeps: the database stops it, the page says so.
+    monkeypatch.setattr(
+        SessionAdmin,
+        "get_search_results",
+        lambda self, request, qs, term: (qs.extra(where=["pg_sleep(0.2) IS NOT NULL"]), False),
+    )
+    response = admin_client.get(CHANGELIST, {"q": "anything"}, follow=True)
+    assert response.status_code == 200
+    assert any("took longer than 0.05 s and was stopped" in m for m in page_messages(response))
+    # The plain list itself too slow: to the admin's index, never a redirect loop.
+    assert response.redirect_chain == [(CHANGELIST, 302), (reverse("admin:index"), 302)]
+    with connection.cursor() as cursor:  # the cap ended with its transaction
+        cursor.execute("SHOW statement_timeout")
+        assert cursor.fetchone()[0] == "0"
+
+
 def test_changelist_query_count_does_not_grow_with_sessions_or_messages(
     admin_client, django_assert_max_num_queries, make_session
 ):
@@ -491,6 +538,12 @@ def page_messages(response) -> list[str]:
         ('{"note": "nul \\u0000 byte"}', "NUL"),
         (json.dumps({"blob": "x" * 2_000_000}), "MAX_METADATA_BYTES"),
         (json.dumps({"deep": json.loads("[" * 200 + "]" * 200)}), "deep"),
+        # Past Python's own recursion limit: json cannot read it back (was a 500).
+        ('{"a": ' + "[" * 3000 + "]" * 3000 + "}", "nested too deeply"),
+        # A lone surrogate cannot be stored nor written out as UTF-8 (was a 500).
+        ('{"a": "\\ud800"}', "lone surrogates"),
+        # null is not an object: it used to say "changed" and change nothing.
+        ("null", "not null"),
     ],
 )
 def test_metadata_the_rule_book_refuses_is_a_form_error(admin_client, trip, metadata, says):
@@ -510,6 +563,18 @@ def test_metadata_the_rule_book_refuses_is_a_form_error(admin_client, trip, meta
     assert list(errors) == ["metadata"] and says.lower() in " ".join(errors["metadata"]).lower()
     assert session_state(trip) == before
     assert trip.window(max_tokens=1000) and trip.export()  # still readable
+    # The box shows what was typed, to be corrected.
+    assert response.context["adminform"].form["metadata"].value() == metadata
+
+
+def test_an_empty_metadata_box_clears_the_metadata(admin_client, trip):
+    trip.set_meta("channel", "web")
+    response = admin_client.post(
+        change_url(trip),
+        {"title": trip.title, "expires_at_0": "", "expires_at_1": "", "metadata": "  "},
+    )
+    assert response.status_code == 302
+    assert trip.refresh().meta == {}
 
 
 def test_a_title_with_a_nul_byte_is_a_form_error(admin_client, trip):
