@@ -415,13 +415,17 @@ class SessionAdmin(admin.ModelAdmin):
             return "none (MEMORY_APP['RETENTION'] has no entry for this namespace)"
         return ", ".join(f"{key}: {value}" for key, value in policy.items())
 
+    # Keys, titles and namespaces are the agents' data, of any length and without spaces: the
+    # list shows each cut to a width (in full on hover) so every column stays on screen.
     @admin.display(description="key", ordering="key")
     def display_key(self, obj: Session) -> str:
-        return format_html('<span class="mem-key">{}</span>', obj.key)
+        return format_html('<span class="mem-key mem-cut" title="{}">{}</span>', obj.key, obj.key)
 
     @admin.display(description="title", ordering="title")
     def display_title(self, obj: Session) -> str:
-        return obj.title or "—"
+        if not obj.title:
+            return "—"
+        return format_html('<span class="mem-title" title="{}">{}</span>', obj.title, obj.title)
 
     @admin.display(description="messages", ordering="message_count")
     def messages(self, obj: Session) -> str:
@@ -450,7 +454,11 @@ class SessionAdmin(admin.ModelAdmin):
 
     @admin.display(description="namespace", ordering="namespace")
     def display_namespace(self, obj: Session) -> str:
-        return format_html('<span class="mem-pill mem-pill-ns">{}</span>', obj.namespace)
+        return format_html(
+            '<span class="mem-pill mem-pill-ns mem-cut" title="{}">{}</span>',
+            obj.namespace,
+            obj.namespace,
+        )
 
     @admin.display(description="updated", ordering="updated_at")
     def display_updated(self, obj: Session) -> str:
