@@ -353,6 +353,7 @@ class _DeferredRunner:
     """
 
     def __init__(self) -> None:
+        _drain_before_shutdown()
         self.pid = os.getpid()
         self.queue: dict[str, None] = {}
         self.since = 0.0  # when the oldest waiting session was handed over (monotonic)
@@ -447,11 +448,35 @@ def wait_for_deferred(timeout: float | None = None) -> bool:
 _exiting = False
 
 
-@atexit.register
 def _finish_deferred() -> None:
     global _exiting
     _exiting = True
     wait_for_deferred(timeout=30)
+
+
+atexit.register(_finish_deferred)  # the fallback; what is left by then is quick to finish
+
+
+def _drain_before_shutdown() -> None:
+    """Have this process's jobs finish as interpreter shutdown begins, while libraries still
+    work: a short script's last append is embedded before it exits, not left for a sweep.
+
+    ``atexit`` handlers run too late: by then ``concurrent.futures`` refuses new work and new
+    imports that register exit hooks fail ("can't register atexit after shutdown"; loading a
+    model imports scikit-learn, which imports ``concurrent.futures.process``). Threading's own
+    exit hooks run first, newest first: importing ``concurrent.futures`` now puts its hooks
+    (and the ones its import would register) before ours, so ours runs ahead of them.
+    """
+    import concurrent.futures.process  # noqa: F401  (their exit hooks, registered now)
+    import concurrent.futures.thread  # noqa: F401
+
+    register = getattr(threading, "_register_atexit", None)  # CPython 3.9+
+    if register is None:
+        return
+    try:
+        register(_finish_deferred)
+    except RuntimeError:  # the interpreter is shutting down already: atexit drains
+        pass
 
 
 def schedule_after_append_on_commit(session_id, *, using: str | None = None) -> None:

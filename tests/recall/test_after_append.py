@@ -4,6 +4,7 @@ never runs."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from memory_app.models import Embedding, Message
 from memory_app.providers.embeddings import LexicalEmbedder
 from memory_app.services import background, retention
 from tests.celery_worker import wait_until
+from tests.short_script import PoolEmbedder
 
 from .conftest import ROOT, celery_publishing_to, database_url_for_subprocess
 
@@ -212,6 +214,38 @@ def test_a_crash_between_the_commit_and_the_scheduling_loses_nothing():
     assert pending(mem) == []
     assert indexed(mem) == [1, 2]  # "ok" is not worth a vector (SHOULD_RECALL)
     assert [r.cursor for r in mem.search("who fixed the boiler plumber", mode="vector")][:2] != []
+
+
+def test_a_short_script_that_ends_at_once_still_gets_its_job_run():
+    """The job runs as the interpreter starts to shut down, while libraries still work: an
+    embedder that imports concurrent.futures' process module and uses a thread pool (as a local
+    model does) used to fail there and leave the message for a sweep that may never run."""
+    mem = Memory.session("short-script", owner=None)
+    settings = {
+        "EMBEDDER": "tests.short_script.PoolEmbedder",
+        "AFTER_APPEND": "deferred",
+        "AFTER_APPEND_DELAY_MS": 60_000,  # still gathering when the script ends
+    }
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url_for_subprocess(),
+        "MEMORY_APP_JSON": json.dumps(settings),
+        "PYTHONPATH": str(ROOT),
+    }
+    env.pop("CELERY_BROKER_URL", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.short_script", str(mem.id), "the spare key is under the pot"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "left for the sweep" not in done.stderr and "failed" not in done.stderr, done.stderr
+    assert pending(mem) == [] and indexed(mem) == [1]
+    stored = Embedding.objects.get(session_id=mem.id, cursor=1)
+    assert stored.model == PoolEmbedder().name
 
 
 def test_memory_embed_picks_up_what_no_job_indexed():
