@@ -218,6 +218,14 @@ class TransientEmbedderError(EmbedderError):
 
 
 # ---- configuration ----------------------------------------------------------------------------
+class NoEncryptionKey(MemoryStoreError):
+    """Something must be encrypted (a key rotation) but ``ENCRYPTION_KEYS`` is empty."""
+
+    code = "no_encryption_key"
+    status_code = 500
+    client_fault = False
+
+
 class DecryptionFailed(MemoryStoreError):
     """A stored message is encrypted and none of ``ENCRYPTION_KEYS`` opens it (a key was removed
     before ``memory_rotate_keys`` ran, or the keys are wrong): a configuration error, not bad

@@ -166,9 +166,9 @@ class Memory:
         of ``owner`` (default: the owner the export names), checked exactly as an append is.
         Its messages are embedded in the background once the import commits, as appended ones
         are, so they are searchable without a ``memory_embed`` run."""
-        session = transfer.import_session(data, owner=owner, namespace=namespace, key=key)
-        background.schedule_after_append_on_commit(session.pk)
-        return SessionMemory(session)
+        return SessionMemory(
+            transfer.import_session(data, owner=owner, namespace=namespace, key=key)
+        )
 
     @staticmethod
     def export_owner(owner) -> dict[str, Any]:

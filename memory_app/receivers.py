@@ -1,7 +1,8 @@
-"""The receiver of the append signal: what follows an append, scheduled once it commits.
+"""The receiver of the append signal: what follows new messages, scheduled once they commit.
 
-An append leaves its messages marked ``index_pending`` in the rows it writes; once its
-transaction commits (a rolled-back append starts nothing), ``services.background`` schedules the
+An append and an import (the store sends ``messages_appended`` for both) leave their messages
+marked ``index_pending`` in the rows they write; once the transaction commits (a rolled-back
+write starts nothing), ``services.background`` schedules the
 session's after-append job: full text and vectors for recall, then the summarize threshold. The
 append itself only hands the session id to a background thread (``AFTER_APPEND``), which queues
 at most one task per session at a time; a failure to schedule never fails an append that has
@@ -15,7 +16,7 @@ from .signals import messages_appended
 
 
 def schedule_after_append(sender, session_id, messages, **kwargs) -> None:
-    """Once the append commits, schedule the session's after-append job."""
+    """Once the write commits, schedule the session's after-append job."""
     if messages:
         background.schedule_after_append_on_commit(session_id)
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from django.db import router, transaction
@@ -38,7 +38,9 @@ from . import background
 
 __all__ = [
     "apply_retention",
+    "count_prunable",
     "policy_for",
+    "prune",
     "prune_expired",
     "prune_idle",
     "sweep_embeddings",
@@ -79,10 +81,14 @@ def _write_db() -> str:
 
 
 def _delete_in_batches(
-    doomed: QuerySet, batch_size: int, max_batches: int | None
+    doomed: QuerySet,
+    batch_size: int,
+    max_batches: int | None,
+    progress: Callable[[int], None] | None = None,
 ) -> dict[str, int]:
     """Delete the sessions of ``doomed`` (and everything under them), a locked batch per
-    transaction, until none is left that no one else holds."""
+    transaction, until none is left that no one else holds; ``progress(sessions)`` after each
+    batch."""
     totals: Counter = Counter()
     batches = 0
     while max_batches is None or batches < max_batches:
@@ -97,6 +103,8 @@ def _delete_in_batches(
             erased = sessions.delete_rows(Session.objects.filter(pk__in=locked))
         totals.update(erased.as_dict())
         batches += 1
+        if progress is not None:
+            progress(len(locked))
     return {
         "sessions": totals["sessions"],
         "messages": totals["messages"],
@@ -120,6 +128,38 @@ def prune_expired(
     if namespace is not None:
         doomed = doomed.filter(namespace=namespace)
     return _delete_in_batches(doomed, _batch_size(batch_size), _max_batches(max_batches))
+
+
+def _prunable(
+    now: dt.datetime, idle: dt.timedelta | str | int | None, namespace: str | None
+) -> QuerySet:
+    doomed = Session.objects.expired(now)
+    if idle is not None:
+        doomed = doomed | Session.objects.idle_since(now - _duration(idle, "idle"))
+    if namespace is not None:
+        doomed = doomed.filter(namespace=namespace)
+    return doomed
+
+
+def count_prunable(
+    *, idle: dt.timedelta | str | int | None = None, namespace: str | None = None
+) -> int:
+    """How many sessions ``prune(idle=..., namespace=...)`` would delete now."""
+    return _prunable(timezone.now(), idle, namespace).count()
+
+
+def prune(
+    *,
+    idle: dt.timedelta | str | int | None = None,
+    namespace: str | None = None,
+    batch_size: int | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> dict[str, int]:
+    """Delete expired sessions and, with ``idle``, sessions not updated for that long (in
+    ``namespace`` when given), in locked batches as every sweep here; what ``memory_prune``
+    runs. ``progress(sessions)`` after each batch. Counts as ``prune_expired``."""
+    doomed = _prunable(timezone.now(), idle, namespace)
+    return _delete_in_batches(doomed, _batch_size(batch_size), None, progress)
 
 
 def _duration(value: Any, field: str) -> dt.timedelta:

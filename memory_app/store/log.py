@@ -190,10 +190,43 @@ def _insert(
         tokens_since, stored = _insert_generic(session_id, messages, tokens, owner)
     # Callers get plaintext back, however the rows above were built (a no-op when they are).
     stored = [decrypt_row(m) for m in stored]
-    messages_appended.send(
-        sender=Session, session_id=session_id, messages=stored, tokens_since_snapshot=tokens_since
-    )
+    announce(session_id, stored, tokens_since)
     return stored
+
+
+def announce(session_id, messages: list[StoredMessage], tokens_since_snapshot: int) -> None:
+    """Tell ``messages_appended``'s receivers that ``messages`` were stored (an append, an
+    import), inside the writer's transaction: what follows new messages is scheduled there."""
+    messages_appended.send(
+        sender=Session,
+        session_id=session_id,
+        messages=messages,
+        tokens_since_snapshot=tokens_since_snapshot,
+    )
+
+
+def stored_message(
+    cursor: int, m: NewMessage, tokens: int, created_at, pk: int | None
+) -> StoredMessage:
+    """``m`` (plaintext) as stored at ``cursor``."""
+    return _stored(
+        (
+            cursor,
+            m.role,
+            m.content,
+            m.content_parts,
+            m.name,
+            m.tool_calls,
+            m.tool_call_id,
+            m.extra,
+            m.metadata,
+            tokens,
+            m.remember,
+            m.idempotency_key,
+            created_at,
+            pk,
+        )
+    )
 
 
 # -- concurrent appends to one session, combined ------------------------------------------
@@ -523,24 +556,7 @@ def _insert_postgresql(
     for seq, created, pk, _since in result:
         placed[seq - first] = (seq, created, pk)
     return result[0][3], [
-        _stored(
-            (
-                seq,
-                m.role,
-                m.content,
-                m.content_parts,
-                m.name,
-                m.tool_calls,
-                m.tool_call_id,
-                m.extra,
-                m.metadata,
-                t,
-                m.remember,
-                m.idempotency_key,
-                created,
-                pk,
-            )
-        )
+        stored_message(seq, m, t, created, pk)
         for m, t, (seq, created, pk) in zip(messages, tokens, placed, strict=True)
     ]
 

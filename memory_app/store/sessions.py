@@ -98,8 +98,10 @@ def create(
     title: str | None = "",
     metadata: dict | None = None,
     expires_at: dt.datetime | None = None,
+    next_seq: int = 1,
 ) -> Session:
-    """A new session; ``SessionExists`` if the key is taken for that owner and namespace."""
+    """A new session; ``SessionExists`` if the key is taken for that owner and namespace.
+    ``next_seq``: the first cursor it hands out (an import restores its cursors)."""
     namespace = memory_settings.DEFAULT_NAMESPACE if namespace is None else namespace
     check_session_fields(
         key=key, namespace=namespace, title=title, metadata=metadata, expires_at=expires_at
@@ -116,6 +118,7 @@ def create(
                 title=title or "",
                 metadata=metadata or {},
                 expires_at=expires_at,
+                next_seq=next_seq,
             )
     except IntegrityError:
         raise SessionExists(f"session {key!r} already exists in namespace {namespace!r}") from None

@@ -13,18 +13,18 @@ from contextlib import nullcontext
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.db import IntegrityError, router, transaction
+from django.db import router, transaction
 from django.utils import timezone
 
 from .. import routers
 from ..conf import memory_settings
 from ..encryption import encrypt_row
-from ..exceptions import InvalidExport, SessionExists
+from ..exceptions import InvalidExport
 from ..models import Message, Session, Snapshot
 from ..tokens import count_message
 from ..types import ANY_OWNER, SnapshotView, StoredMessage, openai_dict
 from ..validation import EXPORT_FORMAT, EXPORT_VERSION, check_import
-from . import log, snapshots
+from . import log, sessions, snapshots
 from .sessions import owner_id as _owner_id
 
 #: Pass as ``owner`` to import for the owner the export names (the default).
@@ -138,30 +138,26 @@ def import_session(
     ``SessionExists`` when the key is taken; nothing is written on any error."""
     plan = check_import(data, owner_id=_import_owner(data, owner), key=key, namespace=namespace)
     with transaction.atomic(using=router.db_for_write(Session)):
-        try:
-            with transaction.atomic(using=router.db_for_write(Session)):
-                session = Session.objects.create(
-                    owner_id=plan.owner_id,
-                    namespace=plan.namespace,
-                    key=plan.key,
-                    title=plan.title,
-                    metadata=plan.metadata,
-                    expires_at=plan.expires_at,
-                    next_seq=plan.next_seq,
-                )
-        except IntegrityError:
-            raise SessionExists(
-                f"session {plan.key!r} already exists in namespace {plan.namespace!r}"
-            ) from None
-        rows = []
+        # Created as every session is: the namespace's retention gives an expiry when the
+        # export has none.
+        session = sessions.create(
+            owner=plan.owner_id,
+            namespace=plan.namespace,
+            key=plan.key,
+            title=plan.title,
+            metadata=plan.metadata,
+            expires_at=plan.expires_at,
+            next_seq=plan.next_seq,
+        )
+        rows, stored = [], []
         for imported in plan.messages:
             m = imported.message
             tokens = count_message(m.as_openai())  # recounted, never taken from the export
-            m = encrypt_row(m)  # as the log stores it (a no-op without encryption)
-            row = log.message_row(session.pk, imported.cursor, m, tokens)
+            row = log.message_row(session.pk, imported.cursor, encrypt_row(m), tokens)
             if imported.created_at:
                 row.created_at = imported.created_at
             rows.append(row)
+            stored.append((imported.cursor, m, tokens, row))
         Message.objects.bulk_create(rows, batch_size=1000)
         for snap in plan.snapshots:
             snapshot = Snapshot(
@@ -177,10 +173,21 @@ def import_session(
                 snapshot.created_at = snap.created_at
             snapshot.save()
         last_upto = plan.snapshots[-1].upto if plan.snapshots else 0
+        tokens_since = sum(r.token_count for r in rows if r.seq > last_upto)
         Session.objects.filter(pk=session.pk).update(
             message_count=len(rows),
             token_count=sum(r.token_count for r in rows),
-            tokens_since_snapshot=sum(r.token_count for r in rows if r.seq > last_upto),
+            tokens_since_snapshot=tokens_since,
             created_at=plan.created_at or session.created_at,
+        )
+        # What follows new messages (indexing for recall, the summarize threshold) follows an
+        # import as it follows an append: the same signal, the same receiver.
+        log.announce(
+            session.pk,
+            [
+                log.stored_message(cursor, m, tokens, row.created_at, row.pk)
+                for cursor, m, tokens, row in stored
+            ],
+            tokens_since,
         )
     return Session.objects.get(pk=session.pk)

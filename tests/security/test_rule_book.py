@@ -1106,16 +1106,12 @@ def embedder_down(settings):
 OUTAGE = Case("embedding provider outage", "provider", None, None, TransientEmbedderError)
 
 
-@pytest.mark.parametrize(
-    "entry", ["adapter.search", "adapter.context", "api.search/", "api.context/"]
-)
-def test_a_provider_outage_during_recall_is_retryable(world, settings, entry):
+@pytest.mark.parametrize("entry", ["adapter.search", "api.search/"])
+def test_a_provider_outage_during_a_search_is_retryable(world, settings, entry):
     before = world.state()
     with embedder_down(settings):
         if entry == "adapter.search":
             assert_typed(entry, OUTAGE, lambda: world.mine.search("weather"))
-        elif entry == "adapter.context":
-            assert_typed(entry, OUTAGE, lambda: world.mine.context("weather", max_tokens=500))
         else:
             route = entry[len("api.") :].rstrip("/")
             response = world.api.get(session_url(world.mine.id, route), {"q": "weather"})
@@ -1126,6 +1122,24 @@ def test_a_provider_outage_during_recall_is_retryable(world, settings, entry):
             assert response.get("Retry-After"), f"{entry} with {OUTAGE.id}: 503 without Retry-After"
             assert response.json().get("code"), f"{entry} with {OUTAGE.id}: no code"
     assert_unchanged_and_readable(world, before, entry, OUTAGE)
+
+
+def test_a_provider_outage_during_context_sends_the_plain_window(world, settings):
+    """context() is what an agent sends the model next: an embedder outage costs the recalled
+    messages, not the turn. The window says why nothing was recalled."""
+    before = world.state()
+    plain = world.mine.window(max_tokens=500)
+    with embedder_down(settings):
+        window = world.mine.context("weather", max_tokens=500)
+        assert window.messages == plain.messages and window.recalled == ()
+        assert "text-embedding-3-small" in window.recall_error
+        response = world.api.get(
+            session_url(world.mine.id, "context"), {"q": "weather", "max_tokens": 500}
+        )
+        assert response.status_code == 200, response.content[:200]
+        body = response.json()
+        assert body["messages"] == plain.messages and body["recall_error"]
+    assert_unchanged_and_readable(world, before, "context", OUTAGE)
 
 
 # ---- the admin -----------------------------------------------------------------------------------
@@ -1308,7 +1322,6 @@ COMMAND_CASES = [
     ("memory_owner", "export", "alice", "--out", "/nonexistent/x.json"),
     ("memory_owner", "export", "nobody", "--out", "-"),
     ("memory_owner", "export", "alice", "--out", "-", "--batch-size", "0"),
-    ("memory_owner", "erase", "alice"),
     ("memory_owner", "erase", "abc", "--id", "--yes"),
     ("memory_owner", "erase", NUL, "--yes"),
     ("memory_owner", "shred", "alice"),
@@ -1345,6 +1358,15 @@ def test_commands_refuse_bad_arguments_with_one_line(world, argv):
     else:
         pytest.fail(f"{where_(entry, case)}: reported success")
     assert_unchanged_and_readable(world, before, entry, case)
+
+
+def test_erase_without_yes_only_reports(world):
+    """Without --yes, memory_owner erase says what it would erase: a report, not a failure."""
+    before = world.state()
+    out = io.StringIO()
+    call_command("memory_owner", "erase", "alice", stdout=out, stderr=io.StringIO())
+    assert out.getvalue().startswith("Would erase ")
+    assert_unchanged_and_readable(world, before, "memory_owner", Case("erase", "command", [], None))
 
 
 # ---- LangChain and the Agents SDK ----------------------------------------------------------------

@@ -79,3 +79,37 @@ def test_import_refuses_bad_data_and_taken_keys(mem):
         with pytest.raises(InvalidExport):
             Memory.import_session(broken, key="other")
     assert Memory.import_session(data, key="other").count() == 1
+
+
+def test_an_import_gets_its_namespace_ttl_and_announces_its_messages(mem, settings):
+    """Import creates its session through the store, as every entry point does: the namespace's
+    retention gives an expiry the export does not have, and the messages are announced with the
+    same signal as an append (what indexes them for recall follows from it)."""
+    import datetime as dt
+
+    from django.utils import timezone
+
+    from memory_app.signals import messages_appended
+
+    mem.add_many([{"role": "user", "content": f"note {i}"} for i in range(3)])
+    data = mem.export()
+    assert data["session"]["expires_at"] is None
+    settings.MEMORY_APP = {"RETENTION": {"imports": {"ttl": "14d"}}}
+    heard = []
+
+    def receiver(sender, session_id, messages, tokens_since_snapshot, **kwargs):
+        heard.append((session_id, [m.cursor for m in messages], tokens_since_snapshot))
+
+    messages_appended.connect(receiver)
+    try:
+        before = timezone.now()
+        copy = Memory.import_session(data, namespace="imports", key="copy")
+    finally:
+        messages_appended.disconnect(receiver)
+    expires = copy.session.expires_at
+    assert before + dt.timedelta(days=14) <= expires <= timezone.now() + dt.timedelta(days=14)
+    assert heard == [(copy.id, [1, 2, 3], sum(m.tokens for m in copy.messages()))]
+    # An expiry the export has is kept.
+    mem.update(expires_at=timezone.now() + dt.timedelta(days=2))
+    kept = Memory.import_session(mem.export(), namespace="imports", key="kept")
+    assert kept.session.expires_at == mem.refresh().session.expires_at

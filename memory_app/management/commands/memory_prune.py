@@ -1,12 +1,10 @@
-"""Delete expired sessions (and, with --idle, sessions idle for too long), in batches."""
+"""Delete expired sessions (and, with --idle, sessions idle for too long), in batches: the
+retention service's locked batches (``services.retention.prune``), with a progress bar."""
 
 from __future__ import annotations
 
-from django.utils import timezone
-
 from memory_app.management.base import MemoryCommand, duration, namespace, positive_int, progress
-from memory_app.models import Session
-from memory_app.store import sessions as session_store
+from memory_app.services import retention
 
 
 class Command(MemoryCommand):
@@ -31,23 +29,13 @@ class Command(MemoryCommand):
         parser.add_argument("--no-progress", action="store_true", help="No progress bar.")
 
     def handle(self, *args, idle, namespace, batch_size, dry_run, no_progress, **options):
-        now = timezone.now()
-        doomed = Session.objects.expired(now)
-        if idle:
-            doomed = doomed | Session.objects.idle_since(now - idle)
-        if namespace:
-            doomed = doomed.filter(namespace=namespace)
-        total = doomed.count()
+        total = retention.count_prunable(idle=idle, namespace=namespace)
         if dry_run:
             self.stdout.write(f"{total} session(s) would be deleted (dry run).")
             return
-        deleted = 0
         with progress(total=total, unit="session", disable=no_progress or total == 0) as bar:
-            while True:
-                # Each batch in its own transaction: a long prune never holds locks for long.
-                ids = list(doomed.order_by("pk").values_list("pk", flat=True)[:batch_size])
-                if not ids:
-                    break
-                deleted += session_store.delete_batch(ids)
-                bar.update(len(ids))
-        self.stdout.write(f"Deleted {deleted} session(s).")
+            # A session in use (an append holds its row) is left for the next run.
+            done = retention.prune(
+                idle=idle, namespace=namespace, batch_size=batch_size, progress=bar.update
+            )
+        self.stdout.write(f"Deleted {done['sessions']} session(s).")
