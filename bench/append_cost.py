@@ -52,7 +52,7 @@ def variants(settings_dict: dict) -> dict:
 
     from bench.stores import LangchainStore, RawStore, commit_setting
     from memory_app import Memory
-    from memory_app.store import log
+    from memory_app.store import statements
 
     raw = RawStore()
     raw.setup(settings_dict)
@@ -73,7 +73,7 @@ def variants(settings_dict: dict) -> dict:
     )
     cursor = psycopg.Cursor(plain)
     cursor.format = Format.BINARY
-    sql = log._sql().append_one
+    sql = statements.statements().append_one
 
     def statement(m: dict) -> None:
         cursor.execute(

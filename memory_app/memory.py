@@ -28,7 +28,7 @@ from .conf import memory_settings
 from .models import Session
 from .providers.summarizers import Summarizer
 from .services import background, compaction, embedding, owners, recall, windows
-from .store import log, sessions, snapshots, transfer
+from .store import log, reads, sessions, snapshots, transfer
 from .types import (
     ANY_OWNER,
     ErasedRows,
@@ -244,18 +244,18 @@ class SessionMemory:
     ) -> list[StoredMessage]:
         """Messages after cursor ``after`` (and before ``before``), oldest first; with only
         ``before`` and ``limit``, the last ``limit`` before it (paging backwards)."""
-        return log.messages(self.id, after, limit, before=before)
+        return reads.messages(self.id, after, limit, before=before)
 
     def last(self, n: int) -> list[StoredMessage]:
         """The newest ``n`` messages, oldest first."""
-        return log.last(self.id, n)
+        return reads.last(self.id, n)
 
     def get_message(self, cursor: int) -> StoredMessage:
-        return log.get(self.id, cursor)
+        return reads.get(self.id, cursor)
 
     def cursor_range(self) -> tuple[int, int] | None:
         """``(first, last)`` cursor of the messages stored now, or ``None`` when there are none."""
-        return log.cursor_range(self.id)
+        return reads.cursor_range(self.id)
 
     def count(self) -> int:
         """Messages stored now (the stored counter: no scan)."""

@@ -29,7 +29,7 @@ from typing import Any
 from ..conf import memory_settings
 from ..exceptions import EmptySummary, InvalidSnapshot, SnapshotConflict
 from ..providers.summarizers import Summarizer, get_summarizer
-from ..store import log, snapshots
+from ..store import reads, snapshots
 from ..store.snapshots import IDEMPOTENCY_KEY
 from ..types import SnapshotView, StoredMessage
 from ..validation import MAX_COUNT, check_keep_recent, check_snapshot
@@ -85,7 +85,7 @@ def covered_range(
 def load(session_id) -> tuple[SnapshotView | None, list[StoredMessage]]:
     """``(latest snapshot or None, the messages after it)``: the state a summarizer starts from."""
     snapshot = snapshots.latest(session_id)
-    return snapshot, log.messages(session_id, after=snapshot.upto if snapshot else None)
+    return snapshot, reads.messages(session_id, after=snapshot.upto if snapshot else None)
 
 
 def compact(

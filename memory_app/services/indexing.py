@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 
 from ..conf import memory_settings
-from ..store import log
+from ..store import pending
 from . import embedding
 
 logger = logging.getLogger(__name__)
@@ -37,7 +37,7 @@ def index_new_messages(session_id) -> int:
     embed_all = memory_settings.EMBED_ON_APPEND
     done = 0
     while True:
-        rows = log.pending_index(session_id, batch_size)
+        rows = pending.pending_index(session_id, batch_size)
         if not rows:
             return done
         cursors = [cursor for cursor, _remember in rows]
@@ -46,7 +46,7 @@ def index_new_messages(session_id) -> int:
             embedding.embed_messages(session_ids=[session_id], cursors=wanted)
         # Full text and the mark last, in one UPDATE: an embedder error leaves both for the
         # retry (full-text search matches unindexed rows by the same expression meanwhile).
-        log.mark_indexed(session_id, cursors)
+        pending.mark_indexed(session_id, cursors)
         done += len(rows)
         if len(rows) < batch_size:
             return done

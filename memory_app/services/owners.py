@@ -28,7 +28,7 @@ from django.utils import timezone
 
 from ..exceptions import InvalidOwner
 from ..models import Checkpoint, Item, Session
-from ..store import checkpoints, items, log, sessions, snapshots
+from ..store import checkpoints, items, reads, sessions, snapshots
 from ..store.transfer import export_head, message_fields, snapshot_fields
 from ..types import ANY_OWNER, ErasedRows, StoredCheckpoint
 
@@ -138,7 +138,7 @@ def iter_owner_export(
             after, first = 0, True
             while True:
                 # Bounded by next_seq as read above: a message appended since is not half in.
-                batch = log.messages(
+                batch = reads.messages(
                     session.pk, after=after, before=session.next_seq, limit=batch_size
                 )
                 if not batch:

@@ -43,8 +43,8 @@ from ..exceptions import EmbedderError, InvalidSearch
 from ..importance import should_recall
 from ..models import Embedding, Message, Session
 from ..providers.embeddings import Embedder, get_embedder
-from ..store import log
-from ..store.log import ROW_FIELDS, from_row
+from ..store.pending import FULLTEXT_CONFIG
+from ..store.statements import ROW_FIELDS, from_row
 from ..tokens import count_message, encoding_name_for_model
 from ..types import RecallWindow, SearchResult, StoredMessage, Window
 from ..validation import check_count, check_recall_k, check_search, check_search_filters
@@ -53,7 +53,6 @@ from .embedding import sql_literal, vector_type
 
 #: Text search configuration of the stored vectors (``store.log``) and of every query: they must
 #: be the same for results to match.
-FULLTEXT_CONFIG = log.FULLTEXT_CONFIG
 
 #: ``Embedding.cursor``, quoted (CURSOR is an SQL keyword).
 CURSOR = '"cursor"'

@@ -5,7 +5,7 @@ from __future__ import annotations
 from operator import attrgetter
 
 from ..conf import memory_settings
-from ..store import log, snapshots
+from ..store import reads, snapshots
 from ..tokens import count_message, encoding_name_for_model, first_tokens
 from ..types import StoredMessage, Window
 from ..validation import check_count
@@ -34,7 +34,7 @@ def window(
     # Snapshot, system messages (every stored one, covered by the snapshot or not: they are
     # always kept) and the first page of the tail: fixed SQL where possible, with a first page
     # sized from the session's counters when the stored counts are the cost.
-    source = log.window_source(
+    source = reads.window_source(
         session_id,
         page_size=sizer,
         max_tokens=max_tokens if max_messages is None and stored_counts else None,
@@ -43,8 +43,8 @@ def window(
         snapshot, system, newest = source
     else:
         snapshot = snapshots.latest(session_id)
-        system = log.system_messages(session_id)
-        newest = log.newest_first(
+        system = reads.system_messages(session_id)
+        newest = reads.newest_first(
             session_id, after=snapshot.upto if snapshot else 0, page_size=sizer
         )
     if stored_counts:

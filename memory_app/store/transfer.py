@@ -24,7 +24,7 @@ from ..models import Message, Session, Snapshot
 from ..tokens import count_message
 from ..types import ANY_OWNER, SnapshotView, StoredMessage, openai_dict
 from ..validation import EXPORT_FORMAT, EXPORT_VERSION, check_import
-from . import log, sessions, snapshots
+from . import log, reads, sessions, snapshots
 from .sessions import owner_id as _owner_id
 
 #: Pass as ``owner`` to import for the owner the export names (the default).
@@ -97,7 +97,7 @@ def export_session(session_id) -> dict[str, Any]:
     with routers.stale_reads() if idle else nullcontext():
         return {
             **export_head(session),
-            "messages": [message_fields(m) for m in log.messages(session.pk)],
+            "messages": [message_fields(m) for m in reads.messages(session.pk)],
             "snapshots": [snapshot_fields(v) for v in snapshots.lineage(session.pk)],
         }
 

@@ -165,11 +165,11 @@ def test_hot_paths_are_single_round_trips(mem, django_assert_num_queries):
 
 
 def test_rows_decode_the_same_with_and_without_the_direct_constructor(mem, monkeypatch):
-    from memory_app.store import log
+    from memory_app.store import statements
 
     mem.add_many(MIXED)
     direct = mem.last(len(MIXED))
-    monkeypatch.setattr(log, "_DIRECT", False)
+    monkeypatch.setattr(statements, "_DIRECT", False)
     assert mem.last(len(MIXED)) == direct
     added = mem.add_many(MIXED[1:3]) + [mem.add(MIXED[1])]
     assert added == mem.last(3)

@@ -29,7 +29,7 @@ from memory_app.models import Message
 from memory_app.providers.embeddings import get_embedder
 from memory_app.services.embedding import count_missing, embed_messages, ensure_hnsw_index
 from memory_app.services.indexing import index_new_messages
-from memory_app.store.log import sessions_pending_index
+from memory_app.store.pending import sessions_pending_index
 
 
 class Command(MemoryCommand):
