@@ -393,12 +393,13 @@ def encryption_keys(value: Any) -> str | None:
     return f"must be a list of Fernet keys, newest first, not {describe(value)}"
 
 
-def _database_alias(value: Any) -> str | None:
-    if isinstance(value, str) and value in settings.DATABASES:
-        return None
-    return f"must name a database in DATABASES ({', '.join(settings.DATABASES)}), not " + describe(
-        value
-    )
+def _database_aliases(value: Any) -> str | None:
+    # Checked by manage.py check, not on every read: tests and tools add databases at run time.
+    for index, alias in enumerate(value or ()):
+        if alias not in settings.DATABASES:
+            known = ", ".join(settings.DATABASES)
+            return f"[{index}] must name a database in DATABASES ({known}), not {describe(alias)}"
+    return None
 
 
 RULES: dict[str, Rule] = {
@@ -464,10 +465,13 @@ RULES: dict[str, Rule] = {
     "API_SESSIONS_PAGE_SIZE": whole(1),
     "API_SESSIONS_MAX_PAGE_SIZE": whole(1),
     "ENCRYPTION_KEYS": encryption_keys,
-    "READ_REPLICAS": _optional(list_of(_database_alias)),
+    "READ_REPLICAS": _optional(list_of(text())),
     "REPLICA_IDLE_SECONDS": number(0),
     "REPLICA_READ_VIEWS": _optional(list_of(text())),
 }
+
+#: Rules ``manage.py check`` applies on top of ``RULES`` (not on every read of the value).
+CHECKED_AT_STARTUP: dict[str, Rule] = {"READ_REPLICAS": _database_aliases}
 
 #: Settings that must agree with each other: ``(smaller, larger)`` pairs.
 ORDERED_PAIRS: tuple[tuple[str, str], ...] = (
@@ -619,7 +623,10 @@ class MemorySettings:
                 found.append(
                     Problem(UNKNOWN_KEY, key, f"{SETTINGS_NAME} has no setting {key!r}{hint}")
                 )
-            elif key in RULES and (problem := RULES[key](value)):
+            elif key in RULES and (
+                problem := RULES[key](value)
+                or (key in CHECKED_AT_STARTUP and CHECKED_AT_STARTUP[key](value))
+            ):
                 found.append(Problem(CHECK_IDS.get(key, BAD_VALUE), key, _refusal(key, problem)))
         bad = {p.setting for p in found}
         for key in IMPORT_STRINGS:

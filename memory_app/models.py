@@ -10,12 +10,27 @@ from __future__ import annotations
 import uuid
 
 from django.conf import settings
-from django.contrib.postgres.search import SearchVectorField
+from django.contrib.postgres.search import SearchVectorExact
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
 from django.utils import timezone
 from pgvector.django import VectorField
+
+
+class TsVectorField(models.Field):
+    """A PostgreSQL ``tsvector`` column, as Django's ``SearchVectorField`` (which from Django 6.1
+    asks hosts to install ``django.contrib.postgres``; the store fills and reads these columns
+    with its own SQL, so a host adds only ``memory_app``)."""
+
+    description = "text search vector"
+
+    def db_type(self, connection) -> str:
+        return "tsvector"
+
+
+# ``search_vector=SearchQuery(...)`` matches (``@@``), as on Django's own field.
+TsVectorField.register_lookup(SearchVectorExact)
 
 
 class Role(models.TextChoices):
@@ -181,7 +196,7 @@ class Message(models.Model):
         help_text="Set by the append; cleared once the message is indexed for recall "
         "(full text, and a vector where one is wanted).",
     )
-    search_vector = SearchVectorField(
+    search_vector = TsVectorField(
         "full-text vector",
         null=True,
         blank=True,
@@ -540,7 +555,7 @@ class Item(models.Model):
     )
     embedding_model = models.CharField("embedding model", max_length=200, blank=True, default="")
     vector = VectorField("vector", null=True, blank=True)
-    search_vector = SearchVectorField("full-text vector", null=True, blank=True, editable=False)
+    search_vector = TsVectorField("full-text vector", null=True, blank=True, editable=False)
 
     objects = ItemQuerySet.as_manager()
 

@@ -7,6 +7,7 @@ import os
 import uuid
 
 import pytest
+from django.conf import settings
 from django.db import connection
 
 from memory_app import conf
@@ -25,6 +26,11 @@ os.environ.setdefault(
     "MEMORY_APP_JSON",
     json.dumps({"EMBEDDER": conf.LEXICAL_EMBEDDER, "AFTER_APPEND": "immediate"}),
 )
+
+
+# Users are made by the hundred: a fast hasher instead of PBKDF2's million rounds (each
+# create_user took half a second on Django 6.1). Not a setting of the project: tests only.
+settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
 def pytest_collection_modifyitems(config, items):

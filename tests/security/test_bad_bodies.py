@@ -81,12 +81,18 @@ def test_the_default_upload_limit_applies(api, target):
 
 @pytest.mark.parametrize("depth", [1_000, 100_000])
 def test_json_nested_beyond_the_parser_is_400(api, user, target, depth):
+    """Past what Python's JSON parser follows (100,000 levels, on every Python) the body is a
+    parse error; 1,000 levels parse on some Pythons (3.12 and later) and are then refused by the
+    rule book: a 400 either way, nothing stored."""
     nested = "[" * depth + "]" * depth
     unchanged = all_rows()
     for method, url, good in body_routes(target):
         raw = json.dumps({**good, "metadata": "NESTED"}).replace('"NESTED"', nested)
-        body = assert_refused(send(api, method, url, raw), 400, "parse_error")
-        assert "nested too deeply" in body["detail"]
+        body = assert_refused(send(api, method, url, raw), 400)
+        if depth == 100_000 or body["code"] == "parse_error":
+            assert body["code"] == "parse_error" and "nested too deeply" in body["detail"]
+        else:
+            assert body.get("field") == "metadata", body
     assert all_rows() == unchanged
 
 
