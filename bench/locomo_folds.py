@@ -36,6 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench import fusion_variants
 from memory_app.services import fusion
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -164,7 +165,7 @@ def fuse(config: dict, vec: list, ft: list, neighbours: dict) -> list:
     elif kind in ("minmax", "z"):
         fused = fusion.combsum(rankings, weights=weights, method=kind)
     else:
-        fused = fusion.confident_choice(
+        fused = fusion_variants.confident_choice(
             rankings, fusion.weighted_rrf(rankings, k=60), threshold=config["threshold"]
         )
     return fusion.neighbour_boost(fused, neighbours, weight=config["boost"])

@@ -1,8 +1,9 @@
 """Fusing rankings: pure functions from lists of ``(id, score)`` (best first) to one ranking.
 
 Nothing here touches the database: search computes the rankings (vector, full-text) and hands
-them over, so every candidate can be measured offline (``bench/locomo_recall.py --folds``) on
-exactly the inputs it will see in production. Each function returns ``[(id, score), ...]`` best
+them over, so the fusions can be measured offline (``bench/locomo_recall.py --folds``) on
+exactly the inputs they see in production. Variants that were measured and not chosen live with
+the benchmark (``bench/fusion_variants.py``). Each function returns ``[(id, score), ...]`` best
 first; ties keep the order of first appearance.
 
 - ``weighted_rrf``: reciprocal rank fusion with a weight per ranking,
@@ -11,8 +12,6 @@ first; ties keep the order of first appearance.
   (``"minmax"`` to [0, 1], or ``"z"`` to zero mean and unit spread over the candidates); an id a
   ranking did not return gets that ranking's floor (0 for min-max, the lowest z for z-scores).
   Scores carry confidence that ranks throw away: a full-text match on a rare name stands out.
-- ``confident_choice``: per query, one ranking alone when its best score stands out from its
-  own candidates by at least ``threshold`` standard deviations, the fused ranking otherwise.
 - ``neighbour_boost``: re-ranks by adding ``weight`` times the best score among an item's
   neighbours (the turns just before and after it), so the turn that answers "yes, last
   Tuesday!" rises when the question it answers matched.
@@ -92,36 +91,6 @@ def combsum(
             total += weight * n.get(item, floors[name])
         scores[item] = total
     return _ordered(scores, first_seen)
-
-
-def confidence(ranking: Ranking) -> float:
-    """How far the best score stands above the others, in standard deviations (0 when unsure)."""
-    if len(ranking) < 3:
-        return 0.0
-    rest = [float(s) for _, s in ranking[1:]]
-    mean = math.fsum(rest) / len(rest)
-    spread = math.sqrt(math.fsum((v - mean) ** 2 for v in rest) / len(rest))
-    return (float(ranking[0][1]) - mean) / spread if spread > 0 else 0.0
-
-
-def confident_choice(
-    rankings: Mapping[str, Ranking], fused: Ranking, *, threshold: float
-) -> list[tuple[Any, float]]:
-    """The most confident ranking alone when its ``confidence()`` reaches ``threshold``, followed
-    by the fused results it lacks; otherwise ``fused`` unchanged."""
-    best_name, best = None, threshold
-    for name, ranking in rankings.items():
-        c = confidence(ranking)
-        if c >= best:
-            best_name, best = name, c
-    if best_name is None:
-        return list(fused)
-    chosen = list(rankings[best_name])
-    have = {item for item, _ in chosen}
-    floor = min((s for _, s in chosen), default=0.0)
-    return chosen + [
-        (item, floor - 1.0 - i) for i, (item, _) in enumerate(fused) if item not in have
-    ]
 
 
 def neighbour_boost(

@@ -179,13 +179,7 @@ def fuse(
         for rank, (turn, _score) in enumerate(hits, start=1):
             ranks.setdefault(turn, {})[name] = rank
     if config.method == "rrf":
-        fused = [
-            (turn, score)
-            for turn, score, _ranks in reciprocal_rank_fusion(
-                {name: [turn for turn, _score in hits] for name, hits in rankings.items()},
-                k=config.rrf_k,
-            )
-        ]
+        fused = fusion.weighted_rrf(rankings, k=config.rrf_k)
     else:
         weights = {"vector": config.vector_weight, "fulltext": 1.0 - config.vector_weight}
         fused = fusion.combsum(rankings, weights=weights, method=config.normalisation)
@@ -195,23 +189,6 @@ def fuse(
         neighbours = {(sid, c): ((sid, c - 1), (sid, c + 1)) for sid, c in ranks}
         fused = fusion.neighbour_boost(fused, neighbours, weight=config.neighbour_boost)
     return [(turn, score, ranks[turn]) for turn, score in fused]
-
-
-def reciprocal_rank_fusion(
-    rankings: dict[str, list], *, k: int = 60
-) -> list[tuple[Any, float, dict[str, int]]]:
-    """Fuse rankings of ids (best first): score = sum over rankings of ``1 / (k + rank)``.
-
-    Returns ``(id, score, {ranking: rank})`` best first; ties keep the order of first appearance.
-    """
-    scores: dict[Any, float] = {}
-    ranks: dict[Any, dict[str, int]] = {}
-    for name, ids in rankings.items():
-        for rank, item in enumerate(ids, start=1):
-            scores[item] = scores.get(item, 0.0) + 1.0 / (k + rank)
-            ranks.setdefault(item, {})[name] = rank
-    order = sorted(scores, key=lambda item: -scores[item])
-    return [(item, scores[item], ranks[item]) for item in order]
 
 
 def _owner_clause(session: Session, column: str, *, namespace_sql: str) -> tuple[str, list]:

@@ -1,9 +1,11 @@
-"""The pure fusion functions search can use (memory_app.services.fusion)."""
+"""The pure fusion functions search uses (memory_app.services.fusion), and the variants the
+recall benchmark measured (bench/fusion_variants.py)."""
 
 from __future__ import annotations
 
 import pytest
 
+from bench import fusion_variants
 from memory_app.services import fusion
 
 VECTOR = [("a", 0.9), ("b", 0.8), ("c", 0.1)]
@@ -41,11 +43,11 @@ def test_combsum_normalises_per_ranking_and_gives_missing_ids_the_floor():
 def test_confident_choice_takes_a_ranking_only_when_its_best_stands_out():
     sure = [("x", 10.0), ("z", 1.1), ("y", 1.0), ("w", 0.9)]
     fused = [("y", 3.0), ("q", 2.0)]
-    chosen = fusion.confident_choice({"f": sure, "v": VECTOR}, fused, threshold=3.0)
+    chosen = fusion_variants.confident_choice({"f": sure, "v": VECTOR}, fused, threshold=3.0)
     assert ids(chosen) == ["x", "z", "y", "w", "q"]  # then the fused ones it lacked
     assert [s for _, s in chosen] == sorted((s for _, s in chosen), reverse=True)
-    assert fusion.confident_choice({"f": sure}, fused, threshold=1e9) == fused
-    assert fusion.confidence([("x", 1.0)]) == 0.0
+    assert fusion_variants.confident_choice({"f": sure}, fused, threshold=1e9) == fused
+    assert fusion_variants.confidence([("x", 1.0)]) == 0.0
 
 
 def test_neighbour_boost_lifts_the_turn_next_to_a_match():

@@ -10,7 +10,7 @@ from django.db import connections
 
 from memory_app import Memory
 from memory_app.exceptions import InvalidSearch
-from memory_app.services.recall import reciprocal_rank_fusion
+from memory_app.services.recall import FusionConfig, fuse
 from memory_app.types import SearchResult
 
 
@@ -112,9 +112,12 @@ def test_hybrid_fuses_both_rankings_by_rrf_on_request(
 
 
 def test_reciprocal_rank_fusion():
-    fused = reciprocal_rank_fusion({"a": ["x", "y", "z"], "b": ["z", "x"]}, k=60)
+    config = FusionConfig(method="rrf", rrf_k=60, neighbour_boost=0)
+    rankings = {"vector": [("x", 0.9), ("y", 0.5), ("z", 0.1)], "fulltext": [("z", 3.0), ("x", 1)]}
+    fused = fuse(rankings, config)
     assert [item for item, _, _ in fused] == ["x", "z", "y"]
-    assert fused[0][1] == pytest.approx(1 / 61 + 1 / 62) and fused[0][2] == {"a": 1, "b": 2}
+    assert fused[0][1] == pytest.approx(1 / 61 + 1 / 62)
+    assert fused[0][2] == {"vector": 1, "fulltext": 2}
     assert fused[2][1] == pytest.approx(1 / 62)
 
 
