@@ -127,6 +127,14 @@ class RowLock:
         self.go.set()
 
 
+async def settle() -> None:
+    """Let the event loop run everything that is ready: a cancellation is delivered within a
+    loop iteration or two, so a task still pending after this waits on something outside the
+    loop (its write, in a thread). No fixed sleep: nothing here depends on the machine's speed."""
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
 async def cancel_in_flight(operation, lock, *, succeed: bool = True) -> bool:
     """Start ``operation``, cancel it while its write waits for the lock, then let the write end.
 
@@ -137,7 +145,7 @@ async def cancel_in_flight(operation, lock, *, succeed: bool = True) -> bool:
         task = asyncio.ensure_future(operation())
         await lock.wait_until_the_write_waits()
         task.cancel()
-        await asyncio.sleep(0.2)
+        await settle()
         pending = not task.done()
         await lock.let_it(task, succeed=succeed)
         with pytest.raises(asyncio.CancelledError):

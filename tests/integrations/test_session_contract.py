@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import sys
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -24,7 +25,7 @@ from agents.memory import SQLiteSession  # noqa: E402
 from memory_app import Memory  # noqa: E402
 from memory_app.integrations import agents as integration  # noqa: E402
 from memory_app.integrations.agents import MemorySession  # noqa: E402
-from tests.integrations.conftest import RowLock, cancel_in_flight  # noqa: E402
+from tests.integrations.conftest import RowLock, cancel_in_flight, settle  # noqa: E402
 
 
 def user(text: str) -> dict:
@@ -152,6 +153,19 @@ def test_unknown_settings_are_refused_on_sdk_versions_without_sessionsettings(db
 
 
 # ---- cancellation -----------------------------------------------------------------------------
+#: The SDK's functions whose first statement writes (so waits for the lock another connection
+#: holds): a thread whose innermost Python frame is one of them is inside that statement.
+SDK_WRITERS = {"_insert_items", "_pop_item_sync", "_clear_session_sync"}
+
+
+def _a_thread_is_writing_to_sqlite() -> bool:
+    for frame in sys._current_frames().values():
+        code = frame.f_code
+        if code.co_name in SDK_WRITERS and code.co_filename.endswith("sqlite_session.py"):
+            return True
+    return False
+
+
 class SQLiteWriteLock:
     """Another SQLite connection holds the database's write lock (``BEGIN IMMEDIATE``)."""
 
@@ -168,7 +182,13 @@ class SQLiteWriteLock:
         self.connection.close()
 
     async def wait_until_the_write_waits(self) -> None:
-        await asyncio.sleep(0.3)  # SQLite shows no waiters: give the thread time to reach the lock
+        # SQLite lists no waiters: look for the SDK's thread inside its first write statement
+        # (SQLite's busy handler keeps it there while this connection holds the lock).
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 10
+        while not _a_thread_is_writing_to_sqlite():
+            assert loop.time() < deadline, "the write never reached the lock"
+            await asyncio.sleep(0.005)
 
     async def let_it(self, task: asyncio.Future, *, succeed: bool) -> None:
         if not succeed:  # keep the lock past the writer's busy timeout (5 s): the write fails
@@ -249,9 +269,9 @@ def test_a_write_cancelled_twice_still_waits_and_raises_once(locked_store):
             task = asyncio.ensure_future(session.add_items([user("four")]))
             await held.wait_until_the_write_waits()
             task.cancel()
-            await asyncio.sleep(0.05)
+            await settle()
             task.cancel()
-            await asyncio.sleep(0.2)
+            await settle()
             pending = not task.done()
             await held.let_it(task, succeed=True)
             with pytest.raises(asyncio.CancelledError):

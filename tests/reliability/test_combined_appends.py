@@ -4,6 +4,7 @@ fewer statements (COMBINE_APPENDS), with the same guarantees as appends made one
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from django.db import connection, transaction
@@ -11,6 +12,7 @@ from django.db import connection, transaction
 from memory_app import Memory
 from memory_app.exceptions import SessionNotFound
 from memory_app.models import Message, Session
+from memory_app.store import log
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -78,9 +80,32 @@ def test_threads_on_one_session_share_statements_and_keep_every_guarantee():
     assert statements < THREADS * 15
 
 
-def test_a_failed_combined_statement_fails_every_caller_in_it_and_stores_nothing():
+@pytest.fixture
+def statements(monkeypatch):
+    """Every append statement written, as the number of messages it carried; the first one is
+    held until every other caller has queued behind it, so they are combined for certain."""
+    written: list[int] = []
+    first = threading.Event()
+    real = log._insert_postgresql
+
+    def counted(connection, session_id, messages, tokens, owner):
+        written.append(len(messages))
+        if not first.is_set():
+            first.set()
+            deadline = time.monotonic() + 10
+            while sum(map(len, log._combiner._waiting.values())) < THREADS - 1:
+                assert time.monotonic() < deadline, "the other callers never queued"
+                time.sleep(0.001)
+        return real(connection, session_id, messages, tokens, owner)
+
+    monkeypatch.setattr(log, "_insert_postgresql", counted)
+    return written
+
+
+def test_a_failed_combined_statement_fails_every_caller_in_it_and_stores_nothing(statements):
     mem = Memory.session("combined-gone", namespace="reliability")
     sessions = [Memory.get(mem.id) for _ in range(THREADS)]
+    statements.clear()
     Session.objects.filter(pk=mem.id).delete()  # every append now finds no session
     failures: list[BaseException] = []
 
@@ -91,8 +116,30 @@ def test_a_failed_combined_statement_fails_every_caller_in_it_and_stores_nothing
             failures.append(err)
 
     assert run_threads(appender) == []
+    # The first caller's statement alone, then one statement for the fifteen queued behind it,
+    # which fails all fifteen: each hears of the failure, none of their messages is stored.
+    assert statements == [1, THREADS - 1]
     assert len(failures) == THREADS
     assert not Message.objects.filter(session_id=mem.id).exists()
+
+
+def test_queued_callers_each_get_their_own_messages_back(statements):
+    mem = Memory.session("combined-held", namespace="reliability")
+    statements.clear()
+    told: dict[int, list] = {}
+
+    def appender(i: int) -> None:
+        told[i] = Memory.get(mem.id).add_many(
+            [{"role": "user", "content": f"t{i} part{k}"} for k in range(i % 3 + 1)]
+        )
+
+    assert run_threads(appender) == []
+    assert len(statements) == 2 and sum(statements) == sum(i % 3 + 1 for i in range(THREADS))
+    stored = dict(Message.objects.filter(session_id=mem.id).values_list("seq", "content"))
+    for i, returned in told.items():
+        assert [stored[m.cursor] for m in returned] == [m.content for m in returned]
+        assert [m.content for m in returned] == [f"t{i} part{k}" for k in range(i % 3 + 1)]
+    assert sorted(stored) == list(range(1, len(stored) + 1))
 
 
 def test_appends_inside_a_transaction_are_never_combined(settings):

@@ -250,8 +250,7 @@ def test_rotation_drops_full_text_vectors_made_from_plaintext(
 
 def test_search_finds_encrypted_messages_by_their_plaintext(user):
     # Embeddings are computed from the plaintext (the embedding step reads messages through the
-    # log, which decrypts). Runs once recall (memory_app.search) is installed.
-    pytest.importorskip("memory_app.services.recall")
+    # log, which decrypts).
     with keys(NEW):
         memory = Memory.create("searchable", owner=user)
         memory.add_many(
