@@ -1,5 +1,9 @@
 """Celery tasks: thin wrappers over ``services.background``, safe under at-least-once delivery.
 
+After an append or an import commits, the session's after-append job is one ``index_session``
+task (at most one queued per session at a time): it indexes the new messages for recall and
+starts ``summarize_session`` when the session is over the threshold.
+
 Embedding tasks only store what is missing (unique message + model, conflicts ignored), so a
 redelivered or duplicated task is harmless; compaction is keyed by the task id, so a redelivered
 summarize task saves nothing twice. ``acks_late`` + ``reject_on_worker_lost``: a worker lost
@@ -43,7 +47,8 @@ def index_session(session_id: str) -> int:
 
 @shared_task(name=background.EMBED_TASK, **_EMBED_RETRY)
 def embed_messages(session_id: str, cursors: list[int]) -> int:
-    """Embed the messages at ``cursors`` of a session (queued after each append commits)."""
+    """Embed the messages at ``cursors`` of a session (the embedding sweep queues it for
+    remembered messages when ``EMBED_ON_APPEND`` is off; appends go through ``index_session``)."""
     return background.run_embedding(session_id, cursors=cursors)
 
 

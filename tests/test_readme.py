@@ -1,4 +1,5 @@
-"""The README's console blocks run as written, in order, against a live server.
+"""The documentation's console blocks run as written, in order, against a live server: the
+README's, then the curl session of docs/api.md and the owner commands of docs/operations.md.
 
 A fresh clone is imitated by a directory that links the checkout's files and has its own
 ``.venv/bin/python`` (a shim for this interpreter), a new empty database on the test PostgreSQL
@@ -27,6 +28,12 @@ from tests.live_api import ROOT, Gunicorn
 pytestmark = [pytest.mark.readme, pytest.mark.postgres, pytest.mark.timeout(600)]
 
 README = ROOT / "README.md"
+#: The pages whose console blocks run, in this order (one shell: variables carry over).
+PAGES = [README, ROOT / "docs" / "api.md", ROOT / "docs" / "operations.md"]
+
+
+def documented_blocks() -> list[str]:
+    return [block for page in PAGES for block in console_blocks(page.read_text())]
 
 
 def console_blocks(text: str) -> list[str]:
@@ -89,10 +96,17 @@ def assert_documented_output(command: str, documented: str, actual: str) -> None
         assert re.search(pattern, actual), f"{command!r}: expected {line!r} in {actual!r}"
 
 
-def test_console_commands_use_the_projects_python():
-    for block in console_blocks(README.read_text()):
-        for command, _ in commands(block):
-            assert not re.search(r"(^|[\s(])python3? ", command), command
+def test_commands_in_the_docs_use_the_projects_python():
+    """A fresh machine has no `python` with the project installed: every command the docs
+    give (console blocks, and commands quoted inline) runs `.venv/bin/python`."""
+    bare = re.compile(r"(^|[\s(`])python3? (manage\.py|bench/|examples/|-m |-c )")
+    for page in [README, ROOT / "bench" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = page.read_text()
+        for block in console_blocks(text):
+            for command, _ in commands(block):
+                assert not re.search(r"(^|[\s(])python3? ", command), (page.name, command)
+        for number, line in enumerate(text.splitlines(), 1):
+            assert not bare.search(line), f"{page.name}:{number}: {line.strip()}"
 
 
 @pytest.fixture
@@ -146,7 +160,7 @@ def test_readme_console_session_runs_against_a_live_server(fresh_database, clone
         check=True,
         timeout=300,
     )
-    steps = [pair for block in console_blocks(README.read_text()) for pair in commands(block)]
+    steps = [pair for block in documented_blocks() for pair in commands(block)]
     assert any("drf_create_token alice" in c for c, _ in steps)
     assert sum(c.lstrip().startswith("curl") or "$(curl" in c for c, _ in steps) >= 8
 
