@@ -11,10 +11,11 @@ is done (look again and the effect is either fully there or absent, never still 
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.db import connections
@@ -66,3 +67,33 @@ def worker_thread_connection() -> Iterator[None]:
                 and not connection.in_atomic_block
             ):
                 connection.close()
+
+
+# ---- async twins of synchronous methods (the facade's) ------------------------------------------
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def twin(
+    method: Callable[Concatenate[Any, P], R], *, write: bool = False
+) -> Callable[Concatenate[Any, P], Awaitable[R]]:
+    """The async twin of a method: the same call in a worker thread (``sync_to_async``)."""
+
+    @functools.wraps(method)
+    async def run(self: Any, *args: P.args, **kwargs: P.kwargs) -> R:
+        if write:
+            return await run_write(method, self, *args, **kwargs)
+        return await sync_to_async(method)(self, *args, **kwargs)
+
+    run.__name__ = run.__qualname__ = "a" + method.__name__
+    return run
+
+
+def static_twin(function: Callable[P, R], *, write: bool = False) -> Callable[P, Awaitable[R]]:
+    @functools.wraps(function)
+    async def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        if write:
+            return await run_write(function, *args, **kwargs)
+        return await sync_to_async(function)(*args, **kwargs)
+
+    return staticmethod(run)  # type: ignore[return-value]

@@ -161,6 +161,28 @@ DEFAULTS: dict[str, Any] = {
     "SUMMARIZE_LOCK_SECONDS": 900,
     # Prefix of the lock keys in Redis (followed by the session id).
     "SUMMARIZE_LOCK_PREFIX": "memory_app:summarize:",
+    # --- learned memory: facts about an owner (memory_app.services.memories) -------------------
+    # Dotted path of the extractor that learns facts from new messages (see
+    # memory_app/providers/extractors.py): "memory_app.providers.extractors.OfflineExtractor"
+    # (no model: remembered and important messages), "...OpenAIExtractor" (one chat call per
+    # batch), or None: nothing is extracted (memories come only from remember() and the API).
+    "MEMORY_EXTRACTOR": None,
+    # Keyword arguments for the extractor's constructor (model, prompt, roles...).
+    "MEMORY_EXTRACTOR_OPTIONS": {},
+    # Extraction runs once this many messages of a session wait (a remembered one does not
+    # wait), and reads at most MEMORY_EXTRACT_MAX_MESSAGES in one run.
+    "MEMORY_EXTRACT_BATCH": 10,
+    "MEMORY_EXTRACT_MAX_MESSAGES": 100,
+    # Most current memories an owner keeps; past it the least important (then the oldest) are
+    # retired (their history stays readable). See memory_app/services/memories.py.
+    "MEMORIES_PER_OWNER": 1000,
+    # A new fact whose vector is at least this similar (cosine) to a current memory's is the
+    # same fact: the memory is confirmed, not stored twice.
+    "MEMORY_DUPLICATE_SIMILARITY": 0.9,
+    # Memory blocks (named text an agent keeps and edits, always in the window): the most
+    # blocks per owner or session, and the most characters a block holds.
+    "MEMORY_BLOCKS_MAX": 10,
+    "MEMORY_BLOCK_MAX_CHARS": 2000,
     # --- retention and background queues (memory_app.services.retention) ----------------------
     # Per-namespace retention policy: {"support-bot": {"ttl": "14d", "sliding": True,
     # "max_messages": 500, "idle": "90d"}, "*": {...}} ("*": every namespace not named). ttl: a
@@ -214,6 +236,7 @@ IMPORT_STRINGS: tuple[str, ...] = (
     "SUMMARIZER",
     "IMPORTANCE_SCORER",
     "SHOULD_RECALL",
+    "MEMORY_EXTRACTOR",
     "API_PERMISSION_CLASSES",
     "API_THROTTLE_CLASSES",
 )
@@ -451,6 +474,14 @@ RULES: dict[str, Rule] = {
     "SUMMARIZE_LOCK_URL": text(optional=True),
     "SUMMARIZE_LOCK_SECONDS": whole(1),
     "SUMMARIZE_LOCK_PREFIX": text(),
+    "MEMORY_EXTRACTOR": _optional(dotted_path),
+    "MEMORY_EXTRACTOR_OPTIONS": dict_of(),
+    "MEMORY_EXTRACT_BATCH": whole(1, 10_000),
+    "MEMORY_EXTRACT_MAX_MESSAGES": whole(1, 10_000),
+    "MEMORIES_PER_OWNER": whole(1),
+    "MEMORY_DUPLICATE_SIMILARITY": number(0, 1, above=True),
+    "MEMORY_BLOCKS_MAX": whole(1, 100),
+    "MEMORY_BLOCK_MAX_CHARS": whole(1, 100_000),
     # Each policy is checked by store.policies (memory_app.E020).
     "RETENTION": dict_of(),
     "SWEEP_BATCH_SIZE": whole(1, 100_000),
@@ -502,7 +533,11 @@ DISAGREE = "memory_app.E043"
 UNKNOWN_KEY = "memory_app.W040"
 
 #: The constructor each ``*_OPTIONS`` dict is given to, so unknown options are caught early.
-OPTIONS_OF = {"EMBEDDER_OPTIONS": "EMBEDDER", "SUMMARIZER_OPTIONS": "SUMMARIZER"}
+OPTIONS_OF = {
+    "EMBEDDER_OPTIONS": "EMBEDDER",
+    "SUMMARIZER_OPTIONS": "SUMMARIZER",
+    "MEMORY_EXTRACTOR_OPTIONS": "MEMORY_EXTRACTOR",
+}
 
 
 class Problem(NamedTuple):
@@ -666,7 +701,8 @@ class MemorySettings:
         targets: dict[str, Callable] = {}
         for options, owner in OPTIONS_OF.items():
             if options not in bad and owner not in bad and getattr(self, options):
-                targets[options] = getattr(self, owner)
+                if getattr(self, owner) is not None:
+                    targets[options] = getattr(self, owner)
         if "OPENAI" not in bad and self.OPENAI and importlib.util.find_spec("openai"):
             import openai  # the [openai] extra: only its client's arguments are checked
 

@@ -201,6 +201,14 @@ class EmptySummary(SummarizerError):
     code = "empty_summary"
 
 
+class ExtractorError(ProviderError):
+    """The memory extractor failed (a failed request, an answer that is not the expected
+    JSON): nothing of the batch is applied, and the extraction is tried again."""
+
+    code = "extractor_error"
+    retryable = True
+
+
 class EmbedderError(ProviderError):
     """The embedding provider failed, or answered something unusable. Not worth retrying."""
 

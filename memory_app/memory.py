@@ -16,15 +16,15 @@ the twin of a write, when its task is cancelled, waits for the write's outcome b
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Iterator
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from asgiref.sync import sync_to_async
 
-from .aio import run_write
+from .aio import static_twin, twin
 from .conf import memory_settings
+from .learned import OwnerMemory
 from .models import Session
 from .providers.summarizers import Summarizer
 from .services import background, compaction, embedding, owners, recall, windows
@@ -43,34 +43,6 @@ from .types import (
 from .validation import MAX_CURSOR, MAX_IMPORTED_CURSOR, check_cursor, check_snapshot
 
 __all__ = ["ANY_OWNER", "MAX_CURSOR", "MAX_IMPORTED_CURSOR", "Memory", "SessionMemory"]
-
-P = ParamSpec("P")
-R = TypeVar("R")
-
-
-def twin(
-    method: Callable[Concatenate[Any, P], R], *, write: bool = False
-) -> Callable[Concatenate[Any, P], Awaitable[R]]:
-    """The async twin of a method: the same call in a worker thread (``sync_to_async``)."""
-
-    @functools.wraps(method)
-    async def run(self: Any, *args: P.args, **kwargs: P.kwargs) -> R:
-        if write:
-            return await run_write(method, self, *args, **kwargs)
-        return await sync_to_async(method)(self, *args, **kwargs)
-
-    run.__name__ = run.__qualname__ = "a" + method.__name__
-    return run
-
-
-def static_twin(function: Callable[P, R], *, write: bool = False) -> Callable[P, Awaitable[R]]:
-    @functools.wraps(function)
-    async def run(*args: P.args, **kwargs: P.kwargs) -> R:
-        if write:
-            return await run_write(function, *args, **kwargs)
-        return await sync_to_async(function)(*args, **kwargs)
-
-    return staticmethod(run)  # type: ignore[return-value]
 
 
 class Memory:
@@ -188,6 +160,11 @@ class Memory:
         """Delete every session of ``owner`` with everything under it, in one transaction."""
         return owners.erase_owner(owner, progress=progress)
 
+    @staticmethod
+    def learned(owner) -> OwnerMemory:
+        """What was learned about ``owner``: facts with provenance and time, memory blocks."""
+        return OwnerMemory(owner)
+
     asession = static_twin(session, write=True)
     acreate = static_twin(create, write=True)
     aget = static_twin(get)
@@ -221,6 +198,17 @@ class SessionMemory:
     @property
     def owner_id(self):
         return self.session.owner_id
+
+    @property
+    def learned(self) -> OwnerMemory:
+        """What was learned about the session's owner (facts this session teaches name it as
+        their source) and the memory blocks its windows carry."""
+        return OwnerMemory(self.session.owner_id, session_id=self.id)
+
+    def extract_memories(self) -> dict | None:
+        """Learn from this session's waiting messages now, with ``MEMORY_EXTRACTOR``; the counts
+        of what was read, added, updated and confirmed (``None`` without an extractor)."""
+        return background.run_extraction(self.id)
 
     def info(self) -> SessionInfo:
         """The session as ``Memory.sessions()`` lists it, read afresh."""
@@ -295,10 +283,15 @@ class SessionMemory:
         scope: str = "session",
         roles: Iterable[str] | None = None,
         mode: str | None = None,
+        filters: dict | None = None,
     ) -> list[SearchResult]:
         """Messages matching ``query``, best first; ``scope`` ``"session"`` or ``"owner"``,
-        ``mode`` ``"hybrid"``, ``"vector"`` or ``"fulltext"`` (see ``services.recall``)."""
-        return recall.search(self.session, query, limit=limit, scope=scope, roles=roles, mode=mode)
+        ``mode`` ``"hybrid"``, ``"vector"`` or ``"fulltext"`` (see ``services.recall``);
+        ``filters``: ``{"metadata": {...}, "created_after", "created_before", "namespace",
+        "session"}`` (``validation.RecallFilters``)."""
+        return recall.search(
+            self.session, query, limit=limit, scope=scope, roles=roles, mode=mode, filters=filters
+        )
 
     def context(
         self,
@@ -311,9 +304,12 @@ class SessionMemory:
         scope: str = "session",
         mode: str | None = None,
         roles: Iterable[str] | None = None,
+        memories: int = 0,
+        filters: dict | None = None,
     ) -> RecallWindow:
-        """``window()`` plus up to ``recall_k`` older messages relevant to ``query``, in ONE
-        system message labelled as untrusted reference data; everything fits ``max_tokens``."""
+        """``window()`` plus up to ``recall_k`` older messages relevant to ``query`` and up to
+        ``memories`` of the owner's current facts, in ONE system message labelled as untrusted
+        reference data with their sources; everything fits ``max_tokens``."""
         return recall.recall_context(
             self.session,
             query,
@@ -324,6 +320,8 @@ class SessionMemory:
             scope=scope,
             mode=mode,
             roles=roles,
+            memories=memories,
+            filters=filters,
         )
 
     def embed(self, *, reembed: bool = False, cursors: Iterable[int] | None = None) -> int:
@@ -341,6 +339,7 @@ class SessionMemory:
     asearch = twin(search)
     acontext = twin(context)
     aembed = twin(embed, write=True)
+    aextract_memories = twin(extract_memories, write=True)
 
     # -- snapshots and compaction ----------------------------------------------------------
     def latest_snapshot(self) -> SnapshotView | None:

@@ -99,6 +99,11 @@ class Session(models.Model):
         default=0,
         help_text="Tokens of the messages after the latest snapshot; drives auto-summarization.",
     )
+    extracted_upto = models.BigIntegerField(
+        "memories extracted up to",
+        default=0,
+        help_text="Cursor of the last message memory extraction has read (compare-and-swap).",
+    )
 
     objects = SessionQuerySet.as_manager()
 
@@ -557,6 +562,9 @@ class Item(models.Model):
     vector = VectorField("vector", null=True, blank=True)
     search_vector = TsVectorField("full-text vector", null=True, blank=True, editable=False)
 
+    #: Kinds: put through LangGraph's store, a learned fact, a memory block.
+    ITEM, MEMORY, BLOCK = "item", "memory", "block"
+
     objects = ItemQuerySet.as_manager()
 
     class Meta:
@@ -586,3 +594,16 @@ class Item(models.Model):
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.key}"
+
+
+class LearnedMemory(Item):
+    """An owner's learned memories (items of kind ``memory``), as the admin lists them."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "memory"
+        verbose_name_plural = "memories"
+
+    def __str__(self) -> str:
+        text = str((self.value or {}).get("text", ""))
+        return text if len(text) <= 80 else text[:79] + "…"

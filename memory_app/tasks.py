@@ -22,7 +22,12 @@ from __future__ import annotations
 from celery import Task, shared_task
 
 from .conf import memory_settings
-from .exceptions import SnapshotConflict, SummarizerError, TransientEmbedderError
+from .exceptions import (
+    ExtractorError,
+    SnapshotConflict,
+    SummarizerError,
+    TransientEmbedderError,
+)
 from .services import background, retention
 
 _AT_LEAST_ONCE = {"acks_late": True, "reject_on_worker_lost": True}
@@ -91,6 +96,31 @@ def summarize_session(self, session_id: str, keep_recent: int | None = None) -> 
     return result
 
 
+class ExtractMemoriesTask(Task):
+    """Releases the session's extraction key once the task is over (not between retries)."""
+
+    def after_return(self, status, retval, task_id, args, kwargs, einfo) -> None:
+        session_id = args[0] if args else (kwargs or {}).get("session_id")
+        background.release_extract_lock(session_id, task_id)
+
+
+@shared_task(
+    bind=True,
+    base=ExtractMemoriesTask,
+    name=background.EXTRACT_TASK,
+    **_AT_LEAST_ONCE,
+    autoretry_for=(ExtractorError, TransientEmbedderError),
+    retry_backoff=True,
+    retry_backoff_max=300,
+    retry_jitter=True,
+    max_retries=5,
+)
+def extract_memories(self, session_id: str) -> dict | None:
+    """Learn facts about the session's owner from its waiting messages; idempotent under
+    redelivery (a compare-and-swap on the session's ``extracted_upto``)."""
+    return background.run_extraction(session_id)
+
+
 # ---- sweeps, for Celery beat -----------------------------------------------------------------
 PRUNE_EXPIRED_TASK = "memory_app.prune_expired"
 APPLY_RETENTION_TASK = "memory_app.apply_retention"
@@ -133,6 +163,8 @@ TASK_KINDS = {
     background.EMBED_TASK: "embed",
     background.REEMBED_TASK: "embed",
     background.SUMMARIZE_TASK: "summarize",
+    # A model call per batch, like a summary: the same queue.
+    background.EXTRACT_TASK: "summarize",
     PRUNE_EXPIRED_TASK: "maintenance",
     APPLY_RETENTION_TASK: "maintenance",
     SWEEP_SUMMARIES_TASK: "maintenance",

@@ -1,4 +1,5 @@
-"""The memory tools an agent can call: ``search_memory`` and ``remember``, for one owner.
+"""The memory tools an agent can call: ``search_memory``, ``remember`` and
+``edit_memory_block``, for one owner.
 
     tools = MemoryTools(owner=request.user, namespace="support-bot")
     tools.remember("Prefers replies in French")
@@ -10,15 +11,16 @@ and the MCP server (``manage.py memory_mcp``, ``integrations.mcp``). Whatever th
 tools act for one owner only, check their input with the rule book, and return what they found
 as quoted, labelled untrusted data, as ``context()`` does: recalled text is never an instruction.
 
-``search_memory`` searches the owner's remembered facts (items under the ``memories``
-namespace) and the messages of all the owner's sessions (owner-scope hybrid recall), and
-returns both, facts first. ``remember`` stores a fact as such an item, with the session it came
-from when the tools were opened for one.
+``search_memory`` searches the owner's current facts (``services.memories``) and the messages
+of all the owner's sessions (owner-scope hybrid recall), and returns both, facts first, each with
+where it came from. ``remember`` keeps a fact (the same fact already kept is confirmed, not
+stored twice), with the session it came from when the tools were opened for one.
+``edit_memory_block`` rewrites (or appends to) a memory block: a named note every window of the
+owner's sessions carries (``services.blocks``).
 """
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,15 +30,15 @@ from .aio import run_write
 from .conf import memory_settings
 from .exceptions import InvalidItem
 from .models import Session
-from .services import items, recall
+from .services import blocks, memories, recall
 from .store import sessions
-from .validation import MAX_SEARCH_LIMIT, check_search, unstorable
+from .validation import MAX_SEARCH_LIMIT, check_search
 
 __all__ = ["MEMORY_NAMESPACE", "TOOL_SPECS", "MemoryTools", "ToolSpec"]
 
 #: The store namespace remembered facts live under.
-MEMORY_NAMESPACE = ("memories",)
-MEMORY_KIND = "memory"
+MEMORY_NAMESPACE = memories.NAMESPACE
+MEMORY_KIND = memories.KIND
 MEMORY_OPEN = "<recalled_memory>"
 MEMORY_CLOSE = "</recalled_memory>"
 
@@ -88,7 +90,28 @@ REMEMBER = ToolSpec(
         "additionalProperties": False,
     },
 )
-TOOL_SPECS = (SEARCH_MEMORY, REMEMBER)
+EDIT_MEMORY_BLOCK = ToolSpec(
+    name="edit_memory_block",
+    description=(
+        "Rewrite one of your memory blocks (notes always in your context: the user's profile, "
+        "your persona, a task list), or append a line to it. Keep blocks short and current."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "description": "The block's name, e.g. 'profile'."},
+            "text": {"type": "string", "description": "The block's new text, or the line to add."},
+            "append": {
+                "type": "boolean",
+                "description": "Add the text as a new line instead of replacing the block.",
+                "default": False,
+            },
+        },
+        "required": ["name", "text"],
+        "additionalProperties": False,
+    },
+)
+TOOL_SPECS = (SEARCH_MEMORY, REMEMBER, EDIT_MEMORY_BLOCK)
 
 
 class MemoryTools:
@@ -112,7 +135,7 @@ class MemoryTools:
     def search_memory(self, query: str, limit: int = 5) -> str:
         """The owner's facts and messages matching ``query``, as a labelled untrusted block."""
         query, limit, *_ = check_search(query, limit, "owner", None, None)
-        facts = items.search(self.owner, MEMORY_NAMESPACE, query=query, limit=limit)
+        facts = memories.search(self.owner, query, limit=limit)
         found = recall.search(
             self._scope(),
             query,
@@ -121,54 +144,36 @@ class MemoryTools:
             roles=memory_settings.RECALL_ROLES,
         )
         keys = dict(
-            Session.objects.filter(pk__in={r.session_id for r in found}).values_list("pk", "key")
+            Session.objects.filter(
+                pk__in={r.session_id for r in [*found, *facts] if r.session_id}
+            ).values_list("pk", "key")
         )
-        lines = [recall.RECALL_HEADER.rstrip("\n"), MEMORY_OPEN]
-        entries = [
-            f"remembered fact{_topic(item)}, {item.updated_at:%Y-%m-%d}: "
-            f"{recall.quote_untrusted(str(item.value.get('text', '')))}"
-            for item, _score in facts
-        ]
-        for result in found:
-            m = result.message
-            where = recall.quote_untrusted(keys.get(result.session_id, str(result.session_id)))
-            when = f", {m.created_at:%Y-%m-%d}" if m.created_at else ""
-            entries.append(
-                f"{m.role} in conversation {where}, cursor {m.cursor}{when}: "
-                f"{recall.quote_untrusted(m.content)}"
-            )
-        for n, entry in enumerate(entries[:limit], start=1):
-            lines.append(f"[{n}] {entry}")
-        if not entries:
-            lines.append("(nothing found)")
-        lines.append(MEMORY_CLOSE)
+        block = recall.recall_message([*facts, *found][:limit], session_keys=keys)
+        lines = block["content"].split("\n")
+        # The tools' own tags around the same labelled, quoted lines context() uses.
+        lines[lines.index(recall.RECALL_OPEN)] = MEMORY_OPEN
+        lines[lines.index(recall.RECALL_CLOSE)] = MEMORY_CLOSE
+        if not facts and not found:
+            lines.insert(-1, "(nothing found)")
         return "\n".join(lines)
 
     def remember(self, text: str, topic: str | None = None) -> str:
-        """Store ``text`` as a fact of the owner; returns a confirmation naming its id."""
-        limit = memory_settings.MAX_MESSAGE_BYTES
-        if not isinstance(text, str) or not text.strip():
-            raise InvalidItem("text", "must be a non-empty string")
-        if len(text.encode("utf-8", "surrogatepass")) > limit:
-            raise InvalidItem("text", f"must be at most {limit} bytes (MAX_MESSAGE_BYTES)")
-        if problem := unstorable(text):
-            raise InvalidItem("text", problem)
-        value: dict[str, Any] = {"text": text}
-        if topic is not None:
-            if not isinstance(topic, str) or len(topic) > 100 or unstorable(topic):
-                raise InvalidItem("topic", "must be a string of at most 100 characters")
-            if topic:
-                value["topic"] = topic
-        item = items.put(
-            self.owner,
-            MEMORY_NAMESPACE,
-            uuid.uuid4().hex,
-            value,
-            text=text,
-            kind=MEMORY_KIND,
-            session_id=self.session_id,
+        """Keep ``text`` as a fact of the owner; returns a confirmation naming its key."""
+        memory, new = memories.remember(self.owner, text, topic=topic, session_id=self.session_id)
+        if not new:
+            return f"Already remembered (memory {memory.key}); confirmed."
+        return f"Remembered (memory {memory.key})."
+
+    def edit_memory_block(self, name: str, text: str, append: bool = False) -> str:
+        """Rewrite (or append to) a memory block of the owner (of the session, for ownerless
+        tools opened for one)."""
+        if not isinstance(append, bool):
+            raise InvalidItem("append", "must be true or false")
+        scope = "owner" if sessions.owner_id(self.owner) is not None else "session"
+        block = blocks.write(
+            self.owner, name, text, scope=scope, session_id=self.session_id, append=append
         )
-        return f"Remembered (memory {item.key})."
+        return f"Block {block.name!r} saved ({len(block.text)} of {block.limit} characters)."
 
     async def asearch_memory(self, query: str, limit: int = 5) -> str:
         return await sync_to_async(self.search_memory)(query, limit)
@@ -176,7 +181,5 @@ class MemoryTools:
     async def aremember(self, text: str, topic: str | None = None) -> str:
         return await run_write(self.remember, text, topic)
 
-
-def _topic(item) -> str:
-    topic = item.value.get("topic")
-    return f" ({recall.quote_untrusted(topic)})" if isinstance(topic, str) and topic else ""
+    async def aedit_memory_block(self, name: str, text: str, append: bool = False) -> str:
+        return await run_write(self.edit_memory_block, name, text, append)

@@ -161,7 +161,8 @@ class Window:
     every message; ``budget_tokens`` only those that count toward ``max_tokens`` (system
     messages do not). ``summary_truncated``: the snapshot's summary was cut to fit the budget.
     ``unanswered_tool_calls``: ids of tool calls left out because their result is not in the
-    window (OpenAI refuses a call without its result).
+    window (OpenAI refuses a call without its result). ``blocks``: the memory blocks carried
+    (in one system message).
     """
 
     messages: list[dict[str, Any]]
@@ -172,6 +173,7 @@ class Window:
     first_cursor: int | None = None
     summary_truncated: bool = False
     unanswered_tool_calls: tuple[str, ...] = ()
+    blocks: tuple[MemoryBlock, ...] = ()
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         return iter(self.messages)
@@ -214,6 +216,8 @@ class RecallWindow(Window):
 
     recalled: tuple[SearchResult, ...] = ()
     recall_tokens: int = 0
+    #: The owner's facts in the block (``context(memories=k)``), before the recalled messages.
+    memories: tuple[MemoryView, ...] = ()
     #: Why nothing was recalled when the search failed (the embedder was down), else None.
     recall_error: str | None = None
 
@@ -269,3 +273,55 @@ class Scheduled:
     @property
     def ok(self) -> bool:
         return self.state in ("queued", "ran", "pending")
+
+
+@dataclass(frozen=True)
+class MemoryView:
+    """One version of a learned memory: a fact about an owner, where it came from, and when it
+    was in force (``invalid_at`` is ``None`` while it is). Versions of one memory share its
+    ``key``; ``ended`` says why a past version ended (``"superseded"`` by a newer one,
+    ``"retired"``, ``"evicted"`` by the per-owner cap)."""
+
+    key: str
+    text: str
+    importance: float | None
+    valid_from: dt.datetime
+    invalid_at: dt.datetime | None = None
+    session_id: uuid.UUID | None = None
+    source_cursors: tuple[int, ...] = ()
+    metadata: dict = field(default_factory=dict)
+    topic: str = ""
+    ended: str = ""
+    confirmations: int = 0
+    id: uuid.UUID | None = None
+    score: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class MemoryOp:
+    """What an extractor learned from a batch of messages: ``"add"`` a fact, or ``"update"``
+    the memory ``key`` (its current version is superseded by ``text``). ``cursors``: the
+    messages it came from."""
+
+    action: str
+    text: str
+    importance: float = 0.5
+    cursors: tuple[int, ...] = ()
+    key: str | None = None
+    metadata: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class MemoryBlock:
+    """A named, size-limited text an agent keeps and edits (a persona, the user's profile, a
+    task list), for its owner (``scope="owner"``) or one session (``"session"``); every window
+    of the session carries it."""
+
+    name: str
+    text: str
+    scope: str
+    limit: int
+    updated_at: dt.datetime | None = None

@@ -14,9 +14,12 @@ OpenAI fields kept losslessly, e.g. ``refusal``). Anything else is refused, neve
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import math
+import re
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +31,7 @@ from . import types
 from .conf import memory_settings
 from .encryption import ENCRYPTED_PREFIX
 from .exceptions import (
+    FieldError,
     InvalidCheckpoint,
     InvalidCursor,
     InvalidExport,
@@ -742,10 +746,166 @@ def check_search(query: Any, limit: Any, scope: Any, roles: Any, mode: Any) -> t
     return (query, limit, *check_search_filters(scope, roles, mode))
 
 
-def check_recall_k(value: Any) -> int:
+def check_recall_k(value: Any, field: str = "recall_k") -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEARCH_LIMIT:
-        raise InvalidSearch("recall_k", f"must be an integer from 0 to {MAX_SEARCH_LIMIT}")
+        raise InvalidSearch(field, f"must be an integer from 0 to {MAX_SEARCH_LIMIT}")
     return value
+
+
+# ---- recall filters ------------------------------------------------------------------------------
+#: Operators of a metadata condition in recall filters.
+FILTER_OPERATORS = ("$eq", "$ne", "$in", "$gt", "$gte", "$lt", "$lte")
+FILTER_KEYS = frozenset({"metadata", "created_after", "created_before", "namespace", "session"})
+
+
+@dataclass(frozen=True)
+class RecallFilters:
+    """Conditions a search applies before ranking, on messages and memories alike:
+    ``metadata`` conditions (``{key: value}`` or ``{key: {"$gt": n, ...}}``; numbers compare as
+    numbers, strings (ISO dates too) as text), a ``created_at`` range, a namespace and a session."""
+
+    metadata: dict = dataclasses.field(default_factory=dict)
+    created_after: dt.datetime | None = None
+    created_before: dt.datetime | None = None
+    namespace: str | None = None
+    session: Any = None
+
+    def __bool__(self) -> bool:
+        return bool(
+            self.metadata
+            or self.created_after
+            or self.created_before
+            or self.namespace is not None
+            or self.session is not None
+        )
+
+
+def check_datetime(value: Any, field: str, error: type[FieldError] = None) -> dt.datetime:
+    """An aware date-time (a ``datetime``, or an ISO 8601 string; naive ones are UTC)."""
+    error = error or InvalidSearch
+    parsed = value
+    if isinstance(value, str):
+        try:
+            parsed = parse_datetime(value)
+            if parsed is None and len(value) == 10:  # a date alone: its first instant
+                parsed = parse_datetime(value + "T00:00:00")
+        except ValueError:
+            parsed = None
+    if not isinstance(parsed, dt.datetime):
+        raise error(field, f"must be an ISO 8601 date-time, not {value!r}")
+    if timezone.is_naive(parsed):
+        parsed = parsed.replace(tzinfo=dt.UTC)
+    return parsed
+
+
+def check_recall_filters(value: Any) -> RecallFilters:
+    """``filters`` of a search (``None``: none), checked whole before anything is read."""
+    if value is None or isinstance(value, RecallFilters):
+        return value or RecallFilters()
+    if not isinstance(value, dict):
+        raise InvalidSearch("filters", "must be an object")
+    unknown = sorted(set(value) - FILTER_KEYS)
+    if unknown:
+        raise InvalidSearch(
+            "filters",
+            f"unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(FILTER_KEYS))}",
+        )
+    metadata = value.get("metadata") or {}
+    if not isinstance(metadata, dict):
+        raise InvalidSearch("filters.metadata", "must be an object of keys and conditions")
+    if problem := unstorable(metadata):
+        raise InvalidSearch("filters.metadata", problem)
+    for key, wanted in metadata.items():
+        if not key or "__" in key or len(key) > 255:
+            raise InvalidSearch(
+                "filters.metadata", f"keys must be 1-255 characters without '__', got {key!r}"
+            )
+        if isinstance(wanted, dict) and any(str(k).startswith("$") for k in wanted):
+            unknown = sorted(k for k in wanted if k not in FILTER_OPERATORS)
+            if unknown:
+                raise InvalidSearch(
+                    "filters.metadata",
+                    f"unknown operator(s) {', '.join(unknown)}; known: "
+                    f"{', '.join(FILTER_OPERATORS)}",
+                )
+            if "$in" in wanted and not isinstance(wanted["$in"], list):
+                raise InvalidSearch("filters.metadata", f"{key}: $in takes a list")
+            for op in ("$gt", "$gte", "$lt", "$lte"):
+                operand = wanted.get(op)
+                if op in wanted and (
+                    isinstance(operand, bool) or not isinstance(operand, (int, float, str))
+                ):
+                    raise InvalidSearch(
+                        "filters.metadata", f"{key}: {op} takes a number or a string"
+                    )
+    after = value.get("created_after")
+    before = value.get("created_before")
+    namespace = value.get("namespace")
+    if namespace is not None and (
+        not isinstance(namespace, str) or not namespace or unstorable(namespace)
+    ):
+        raise InvalidSearch("filters.namespace", "must be a non-empty string")
+    session = value.get("session")
+    if session is not None:
+        try:
+            session = uuid.UUID(str(session))
+        except ValueError:
+            raise InvalidSearch(
+                "filters.session", f"must be a session id, not {session!r}"
+            ) from None
+    return RecallFilters(
+        metadata=metadata,
+        created_after=None if after is None else check_datetime(after, "filters.created_after"),
+        created_before=None if before is None else check_datetime(before, "filters.created_before"),
+        namespace=namespace,
+        session=session,
+    )
+
+
+# ---- learned memory and memory blocks ------------------------------------------------------------
+#: A memory block's name: letters, digits, ``_`` and ``-``.
+BLOCK_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+BLOCK_SCOPES = ("owner", "session")
+
+
+def check_memory_text(value: Any, field: str = "text") -> str:
+    """A fact: a non-empty string of at most ``MAX_MESSAGE_BYTES``."""
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidItem(field, "must be a non-empty string")
+    limit = memory_settings.MAX_MESSAGE_BYTES
+    if _size(value) > limit:
+        raise InvalidItem(field, f"must be at most {limit} bytes (MAX_MESSAGE_BYTES)")
+    if problem := unstorable(value):
+        raise InvalidItem(field, problem)
+    return value.strip()
+
+
+def check_importance(value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise InvalidItem("importance", f"must be a number from 0 to 1, not {value!r}")
+    return float(value)
+
+
+def check_memory_metadata(value: Any) -> dict:
+    return check_metadata({} if value is None else value, error=InvalidItem)
+
+
+def check_block(name: Any, text: Any = "") -> tuple[str, str]:
+    """A memory block's name and text (at most ``MEMORY_BLOCK_MAX_CHARS`` characters)."""
+    if not isinstance(name, str) or not BLOCK_NAME.match(name):
+        raise InvalidItem("name", "must be 1-64 letters, digits, '_' or '-'")
+    if not isinstance(text, str):
+        raise InvalidItem("text", "must be a string")
+    limit = memory_settings.MEMORY_BLOCK_MAX_CHARS
+    if len(text) > limit:
+        raise InvalidItem(
+            "text", f"is {len(text)} characters; a block holds {limit} (MEMORY_BLOCK_MAX_CHARS)"
+        )
+    if problem := unstorable(text):
+        raise InvalidItem("text", problem)
+    return name, text
 
 
 # ---- imports -----------------------------------------------------------------------------------

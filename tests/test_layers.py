@@ -18,7 +18,7 @@ LAYERS: list[set[str]] = [
     {"validation", "tokens", "encryption", "importance", "providers", "aio"},
     {"store"},
     {"services"},
-    {"memory"},
+    {"memory", "learned"},
 ]
 
 

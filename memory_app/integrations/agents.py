@@ -470,13 +470,14 @@ class CompactingMemorySession(MemorySession):
 
 # ---- the memory tools as function tools ----------------------------------------------------------
 def memory_tools(owner: Any = None, *, namespace: str | None = None, session_id=None) -> list:
-    """``search_memory`` and ``remember`` (``memory_app.tools``) as Agents SDK function tools
+    """The memory tools (``memory_app.tools``: ``search_memory``, ``remember``,
+    ``edit_memory_block``) as Agents SDK function tools
     acting for ``owner``: ``Agent(tools=memory_tools(user))``. Bad arguments come back to the
     model as the rule book's error message, not as an exception that ends the run."""
     from agents import FunctionTool
 
     tools = MemoryTools(owner, namespace=namespace, session_id=session_id)
-    calls = {"search_memory": tools.asearch_memory, "remember": tools.aremember}
+    calls = {spec.name: getattr(tools, "a" + spec.name) for spec in TOOL_SPECS}
 
     def invoke(name: str):
         async def run(_context: Any, arguments: str) -> str:

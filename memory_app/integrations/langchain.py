@@ -218,7 +218,8 @@ class DjangoChatMessageHistory(BaseChatMessageHistory):
 
 
 def memory_tools(owner: Any = None, *, namespace: str | None = None, session_id=None) -> list:
-    """``search_memory`` and ``remember`` (``memory_app.tools``) as LangChain tools acting for
+    """The memory tools (``memory_app.tools``: ``search_memory``, ``remember``,
+    ``edit_memory_block``) as LangChain tools acting for
     ``owner`` (sync and async), for ``create_agent(tools=...)`` or ``model.bind_tools``. Bad
     arguments come back to the model as the rule book's error message."""
     from langchain_core.tools import StructuredTool, ToolException

@@ -1,4 +1,5 @@
-"""An MCP server that gives agents the memory tools (``search_memory``, ``remember``).
+"""An MCP server that gives agents the memory tools (``search_memory``, ``remember``,
+``edit_memory_block``).
 
     python manage.py memory_mcp --transport stdio   # token in MEMORY_MCP_TOKEN
     python manage.py memory_mcp --transport http --port 8765
@@ -19,7 +20,7 @@ from asgiref.sync import sync_to_async
 from django.contrib.auth import get_user_model
 
 from ..exceptions import MemoryStoreError
-from ..tools import REMEMBER, SEARCH_MEMORY, MemoryTools
+from ..tools import EDIT_MEMORY_BLOCK, REMEMBER, SEARCH_MEMORY, MemoryTools
 
 try:
     from mcp.server.auth.middleware.auth_context import get_access_token
@@ -110,5 +111,9 @@ def build_server(
     @server.tool(name=REMEMBER.name, description=REMEMBER.description)
     async def remember(text: str, topic: str | None = None) -> str:
         return await sync_to_async(call)("remember", text, topic)
+
+    @server.tool(name=EDIT_MEMORY_BLOCK.name, description=EDIT_MEMORY_BLOCK.description)
+    async def edit_memory_block(name: str, text: str, append: bool = False) -> str:
+        return await sync_to_async(call)("edit_memory_block", name, text, append)
 
     return server

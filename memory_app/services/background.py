@@ -32,7 +32,7 @@ from ..exceptions import SessionNotFound, SnapshotConflict, SummarizerError
 from ..models import Message, Session
 from ..store import snapshots
 from ..types import Scheduled
-from . import compaction, embedding, indexing
+from . import compaction, embedding, extraction, indexing
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +40,9 @@ SUMMARIZE_TASK = "memory_app.summarize_session"
 EMBED_TASK = "memory_app.embed_messages"
 REEMBED_TASK = "memory_app.embed_session"
 AFTER_APPEND_TASK = "memory_app.index_session"
+EXTRACT_TASK = "memory_app.extract_memories"
+#: Prefix of the "one extraction per session at a time" keys (the summarize lock's Redis).
+EXTRACT_LOCK_PREFIX = "memory_app:extract:"
 
 
 # ---- what the tasks (and inline runs) do ---------------------------------------------------------
@@ -72,12 +75,22 @@ def run_embedding(session_id, *, cursors: list[int] | None = None, reembed: bool
 
 def run_after_append(session_id) -> int:
     """The after-append job: index the session's new messages for recall, then check the
-    summarize threshold. Returns how many messages were indexed (0 if the session is gone)."""
+    summarize threshold and whether a batch waits for memory extraction. Returns how many
+    messages were indexed (0 if the session is gone)."""
     if not Session.objects.filter(pk=session_id).exists():
         return 0
     indexed = indexing.index_new_messages(session_id)
     summarize_if_needed(session_id)
+    extract_if_needed(session_id)
     return indexed
+
+
+def run_extraction(session_id) -> dict | None:
+    """Learn from the session's waiting messages (``services.extraction``)."""
+    try:
+        return extraction.extract(session_id)
+    except SessionNotFound:
+        return None
 
 
 # ---- the broker ----------------------------------------------------------------------------------
@@ -496,6 +509,60 @@ def schedule_after_append_on_commit(session_id, *, using: str | None = None) -> 
         schedule_after_append(session_id)
 
     db.on_commit(schedule, robust=True)
+
+
+# ---- memory extraction ---------------------------------------------------------------------------
+def extract_lock_key(session_id) -> str:
+    return f"{EXTRACT_LOCK_PREFIX}{session_id}"
+
+
+def release_extract_lock(session_id, task_id: str) -> None:
+    """Release the session's extraction key if ``task_id`` holds it (when the task ends)."""
+    if not session_id or inline():
+        return
+    try:
+        client = _lock_redis()
+        if client is not None:
+            client.eval(_RELEASE_SCRIPT, 1, extract_lock_key(session_id), task_id)
+    except Exception:  # it expires on its own
+        logger.warning("could not release the extraction key of %s", session_id, exc_info=True)
+
+
+def schedule_extraction(session_id) -> Scheduled:
+    """Learn from the session's waiting messages in the background (inline without a broker),
+    unless an extraction of it is queued or running. Never raises: what is not scheduled stays
+    waiting (``extracted_upto`` does not move) for the next append or ``memory_extract``."""
+    task_id = str(uuid.uuid4())
+    try:
+        if inline():
+            return Scheduled("ran", task_id, result=run_extraction(session_id))
+        client = _lock_redis()
+        if client is not None and not client.set(
+            extract_lock_key(session_id),
+            task_id,
+            nx=True,
+            ex=memory_settings.SUMMARIZE_LOCK_SECONDS,
+        ):
+            return Scheduled("pending")
+        try:
+            _publish(EXTRACT_TASK, args=[str(session_id)], kwargs={}, task_id=task_id)
+        except Exception:
+            release_extract_lock(session_id, task_id)
+            raise
+    except Exception as err:
+        logger.warning("could not extract memories of session %s", session_id, exc_info=True)
+        return Scheduled("failed", task_id, error=str(err))
+    return Scheduled("queued", task_id)
+
+
+def extract_if_needed(session_id) -> Scheduled | None:
+    """Schedule extraction when a batch of the session waits; never raises."""
+    try:
+        if extraction.needs_extraction(session_id):
+            return schedule_extraction(session_id)
+    except Exception:
+        logger.exception("extraction check of session %s failed", session_id)
+    return None
 
 
 # ---- the threshold -------------------------------------------------------------------------------

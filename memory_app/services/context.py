@@ -12,20 +12,45 @@ Pure functions over ``StoredMessage`` values, so the rules are tested on their o
   pinned messages is refused (``BudgetTooSmall``): a window never exceeds its budget;
 - a window is a request OpenAI accepts: tool calls with no result in the window (a call still
   being answered, a result never stored) are left out of their assistant message, which is
-  left out too when nothing else remains of it (``Window.unanswered_tool_calls``).
+  left out too when nothing else remains of it (``Window.unanswered_tool_calls``);
+- memory blocks (``services.blocks``) come in one system message right after the stored
+  system messages that open the window; like them, they do not count toward the budget.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import json
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ..conf import memory_settings
 from ..exceptions import BudgetTooSmall
-from ..types import SnapshotView, StoredMessage, Window
+from ..types import MemoryBlock, SnapshotView, StoredMessage, Window
 
 SUMMARY_PREFIX = "Summary of the earlier conversation:\n"
 SUMMARY_CUT_MARKER = "\n[... summary cut to fit the token budget]"
+
+
+BLOCKS_HEADER = (
+    "Memory blocks: notes you keep and edit with your memory tools (edit_memory_block). They "
+    "are your own notes about the user and the task, quoted as data.\n"
+)
+BLOCKS_OPEN = "<memory_blocks>"
+BLOCKS_CLOSE = "</memory_blocks>"
+
+
+def blocks_message(blocks: Sequence[MemoryBlock]) -> dict[str, Any] | None:
+    """The system message carrying ``blocks`` (``None`` without any), each text quoted so none
+    can close the block or open a tag of its own."""
+    if not blocks:
+        return None
+    lines = [BLOCKS_HEADER + BLOCKS_OPEN]
+    for block in blocks:
+        text = json.dumps(block.text, ensure_ascii=False)
+        text = text.replace("<", "\\u003c").replace(">", "\\u003e")
+        lines.append(f'<block name="{block.name}" scope="{block.scope}">{text}</block>')
+    lines.append(BLOCKS_CLOSE)
+    return {"role": "system", "content": "\n".join(lines)}
 
 
 def summary_message(snapshot: SnapshotView, summary: str | None = None) -> dict[str, Any]:
@@ -116,6 +141,7 @@ def assemble_window(
     cost: Callable[[StoredMessage], int],
     cost_of_dict: Callable[[dict], int],
     cut_text: Callable[[str, int], str],
+    blocks: Sequence[MemoryBlock] = (),
 ) -> Window:
     """The window's messages in order. ``cost`` prices a stored message, ``cost_of_dict`` an
     OpenAI message, and ``cut_text(text, n)`` keeps the first ``n`` tokens of a text."""
@@ -152,6 +178,10 @@ def assemble_window(
             cursors.append(system.cursor)
         else:
             in_range_system.append(system)
+    blocks_block = blocks_message(blocks)
+    if blocks_block is not None:
+        messages.append(blocks_block)
+        cursors.append(None)
     messages.extend(head)
     cursors.extend([None] * len(head))
     # The tail is in log order already; merge only when system messages fall inside it.
@@ -170,6 +200,8 @@ def assemble_window(
         cursors.append(m.cursor)
 
     system_tokens = sum(cost_of_dict(m) for m in top_system) + sum(cost(m) for m in system_messages)
+    if blocks_block is not None:
+        system_tokens += cost_of_dict(blocks_block)
     budget_tokens = head_tokens + tail_tokens
     return Window(
         messages=messages,
@@ -180,6 +212,7 @@ def assemble_window(
         first_cursor=first_kept,
         summary_truncated=summary_truncated,
         unanswered_tool_calls=tuple(unanswered),
+        blocks=tuple(blocks),
     )
 
 

@@ -19,10 +19,12 @@ first; ties keep the order of first appearance.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
+from ..conf import memory_settings
 from ..types import FUSION_NORMALISATIONS as NORMALISATIONS
 
 Ranking = Sequence[tuple[Hashable, float]]
@@ -106,3 +108,27 @@ def neighbour_boost(
         for item, s in scores.items()
     }
     return _ordered(boosted, first_seen)
+
+
+# ---- the settings in force ---------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class FusionConfig:
+    """How hybrid search fuses (the ``FUSION*``, ``RRF_K`` and ``NEIGHBOUR_BOOST`` settings)."""
+
+    method: str = "combsum"
+    normalisation: str = "minmax"
+    vector_weight: float = 0.5
+    rrf_k: float = 60
+    neighbour_boost: float = 0.5
+
+
+def fusion_config() -> FusionConfig:
+    """The fusion settings in force (each checked by its rule when read: a bad value raises
+    ``ImproperlyConfigured``)."""
+    return FusionConfig(
+        method=memory_settings.FUSION,
+        normalisation=memory_settings.FUSION_NORMALISATION,
+        vector_weight=float(memory_settings.FUSION_VECTOR_WEIGHT),
+        rrf_k=float(memory_settings.RRF_K),
+        neighbour_boost=float(memory_settings.NEIGHBOUR_BOOST),
+    )

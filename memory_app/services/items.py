@@ -24,6 +24,7 @@ from ..exceptions import InvalidItem
 from ..models import Item
 from ..providers.embeddings import get_embedder
 from ..store import items
+from ..store.pending import FULLTEXT_CONFIG
 from ..validation import (
     MODES,
     check_count,
@@ -35,7 +36,8 @@ from ..validation import (
     unstorable,
 )
 from . import fusion
-from .recall import FULLTEXT_CONFIG, fusion_config, query_terms
+from .fusion import fusion_config
+from .text import query_terms
 
 
 class ItemEmbedder(Protocol):
@@ -119,8 +121,13 @@ def list_namespaces(
 
 
 def _vector_ranking(qs, query: str, embedder: ItemEmbedder, limit: int) -> list[tuple[Any, float]]:
-    vector = embedder.embed_query(query)
-    qs = qs.filter(embedding_model=embedder.name, vector__isnull=False)
+    return nearest(qs, embedder.embed_query(query), embedder.name, limit=limit)
+
+
+def nearest(qs, vector: list[float], model: str, *, limit: int) -> list[tuple[Any, float]]:
+    """``(pk, cosine similarity)`` of the items of ``qs`` whose vectors (of ``model``) lie
+    nearest to ``vector``, nearest first."""
+    qs = qs.filter(embedding_model=model, vector__isnull=False)
     if connections[qs.db].vendor == "postgresql":
         hits = (
             qs.annotate(distance=CosineDistance("vector", vector))
@@ -179,23 +186,30 @@ def search(
     if not query:
         found = [(item, None) for item in items.order_by_recency(qs)[offset : offset + limit]]
     else:
-        embedder = embedder or get_embedder()
-        wanted = offset + limit
-        candidates = max(wanted, memory_settings.HYBRID_CANDIDATES)
-        rankings = {}
-        if mode in ("hybrid", "vector"):
-            rankings["vector"] = _vector_ranking(qs, query, embedder, candidates)
-        if mode in ("hybrid", "fulltext"):
-            rankings["fulltext"] = _fulltext_ranking(qs, query, candidates)
-        config = fusion_config()
-        if len(rankings) == 1:
-            ranked = next(iter(rankings.values()))
-        else:
-            weights = {"vector": config.vector_weight, "fulltext": 1.0 - config.vector_weight}
-            ranked = fusion.combsum(rankings, weights=weights, method=config.normalisation)
-        page = ranked[offset : offset + limit]
+        page = rank(qs, query, mode=mode, limit=offset + limit, embedder=embedder)[offset:]
         by_pk = Item.objects.using(qs.db).in_bulk([pk for pk, _ in page])
         found = [(by_pk[pk], score) for pk, score in page if pk in by_pk]
     if refresh:
         items.refresh_expiry([item for item, _ in found])
     return found
+
+
+def rank(
+    qs, query: str, *, mode: str, limit: int, embedder: ItemEmbedder | None = None
+) -> list[tuple[Any, float]]:
+    """``(pk, score)`` of the items of ``qs`` best matching ``query``, best first: vectors and
+    full text fused as message recall fuses them (``mode`` picks one or both)."""
+    embedder = embedder or get_embedder()
+    candidates = max(limit, memory_settings.HYBRID_CANDIDATES)
+    rankings = {}
+    if mode in ("hybrid", "vector"):
+        rankings["vector"] = _vector_ranking(qs, query, embedder, candidates)
+    if mode in ("hybrid", "fulltext"):
+        rankings["fulltext"] = _fulltext_ranking(qs, query, candidates)
+    config = fusion_config()
+    if len(rankings) == 1:
+        ranked = next(iter(rankings.values()))
+    else:
+        weights = {"vector": config.vector_weight, "fulltext": 1.0 - config.vector_weight}
+        ranked = fusion.combsum(rankings, weights=weights, method=config.normalisation)
+    return ranked[:limit]

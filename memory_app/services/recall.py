@@ -29,13 +29,12 @@ import dataclasses
 import json
 import logging
 import math
-import re
 import uuid
 from collections.abc import Sequence
 from typing import Any
 
 from django.db import connections, router, transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 
 from ..conf import memory_settings
 from ..encryption import decrypt_text
@@ -43,16 +42,23 @@ from ..exceptions import EmbedderError, InvalidSearch
 from ..importance import should_recall
 from ..models import Embedding, Message, Session
 from ..providers.embeddings import Embedder, get_embedder
+from ..store.filters import message_q
 from ..store.pending import FULLTEXT_CONFIG
 from ..store.statements import ROW_FIELDS, from_row
 from ..tokens import count_message, encoding_name_for_model
-from ..types import RecallWindow, SearchResult, StoredMessage, Window
-from ..validation import check_count, check_recall_k, check_search, check_search_filters
+from ..types import MemoryView, RecallWindow, SearchResult, StoredMessage, Window
+from ..validation import (
+    check_count,
+    check_recall_filters,
+    check_recall_k,
+    check_search,
+    check_search_filters,
+)
 from . import fusion, windows
+from . import memories as learned
 from .embedding import sql_literal, vector_type
-
-#: Text search configuration of the stored vectors (``store.log``) and of every query: they must
-#: be the same for results to match.
+from .fusion import FusionConfig, fusion_config
+from .text import query_terms
 
 #: ``Embedding.cursor``, quoted (CURSOR is an SQL keyword).
 CURSOR = '"cursor"'
@@ -69,16 +75,22 @@ def search(
     roles: Sequence[str] | None = None,
     mode: str | None = None,
     embedder: Embedder | None = None,
+    filters: Any = None,
 ) -> list[SearchResult]:
     """Messages matching ``query``, best first (see the module docstring for the modes).
 
     ``scope="session"`` searches ``session``; ``"owner"`` every session of its owner (ownerless
-    sessions search the other ownerless ones). ``roles`` keeps only messages of those roles.
-    Vector search only sees messages already embedded by the configured embedder.
+    sessions search the other ownerless ones). ``roles`` keeps only messages of those roles;
+    ``filters`` (``validation.RecallFilters``, or its dict form) only the messages of the log
+    whose metadata, creation time, namespace and session match (pruned turns kept for recall
+    have no metadata: a filtered search leaves them out). Vector search only sees messages
+    already embedded by the configured embedder.
     """
     query, limit, scope, roles, mode = check_search(query, limit, scope, roles, mode)
+    filters = check_recall_filters(filters)
     # Owner scope reads older messages of many sessions: a replica may serve it (MemoryRouter).
     using = router.db_for_read(Message, stale_ok=scope == "owner")
+    allowed = Message.objects.using(using).filter(message_q(filters)) if filters else None
     rankings: dict[str, list[tuple[Turn, float]]] = {}
     config = fusion_config() if mode == "hybrid" else None  # a bad setting fails before any work
     depth = limit if mode != "hybrid" else max(limit, int(memory_settings.HYBRID_CANDIDATES))
@@ -86,10 +98,12 @@ def search(
         embedder = embedder or get_embedder()
         vector = embedder.embed_query(query)
         rankings["vector"] = _vector_ranking(
-            session, vector, embedder.name, depth, scope, roles, using
+            session, vector, embedder.name, depth, scope, roles, using, allowed
         )
     if mode in ("fulltext", "hybrid"):
-        rankings["fulltext"] = _fulltext_ranking(session, query, depth, scope, roles, using)
+        rankings["fulltext"] = _fulltext_ranking(
+            session, query, depth, scope, roles, using, allowed
+        )
 
     if mode == "hybrid":
         picked = fuse(rankings, config)[:limit]
@@ -147,29 +161,6 @@ def _turns(turns: Sequence[Turn], using: str) -> dict[Turn, StoredMessage]:
     return found
 
 
-@dataclasses.dataclass(frozen=True)
-class FusionConfig:
-    """How hybrid search fuses (the ``FUSION*``, ``RRF_K`` and ``NEIGHBOUR_BOOST`` settings)."""
-
-    method: str = "combsum"
-    normalisation: str = "minmax"
-    vector_weight: float = 0.5
-    rrf_k: float = 60
-    neighbour_boost: float = 0.5
-
-
-def fusion_config() -> FusionConfig:
-    """The fusion settings in force (each checked by its rule when read: a bad value raises
-    ``ImproperlyConfigured``)."""
-    return FusionConfig(
-        method=memory_settings.FUSION,
-        normalisation=memory_settings.FUSION_NORMALISATION,
-        vector_weight=float(memory_settings.FUSION_VECTOR_WEIGHT),
-        rrf_k=float(memory_settings.RRF_K),
-        neighbour_boost=float(memory_settings.NEIGHBOUR_BOOST),
-    )
-
-
 def fuse(
     rankings: dict[str, list[tuple[Turn, float]]], config: FusionConfig
 ) -> list[tuple[Turn, float, dict[str, int]]]:
@@ -211,16 +202,23 @@ def _vector_ranking(
     scope: str,
     roles,
     using: str,
+    allowed: QuerySet | None = None,
 ) -> list[tuple[Turn, float]]:
     """``((session id, cursor), cosine similarity)`` best first, pruned messages included (their
-    embeddings keep cursor and role)."""
+    embeddings keep cursor and role) unless ``allowed`` (the messages a filter keeps) is given."""
     connection = connections[using]
     if connection.vendor != "postgresql":
-        return _vector_ranking_python(session, vector, model_name, limit, scope, roles, using)
+        return _vector_ranking_python(
+            session, vector, model_name, limit, scope, roles, using, allowed
+        )
     emb = connection.ops.quote_name(Embedding._meta.db_table)
     role_sql, role_params = "", []
     if roles is not None:
         role_sql, role_params = "AND e.role = ANY(%s)", [list(roles)]
+    if allowed is not None:
+        allowed_sql, allowed_params = allowed.values("id").query.sql_with_params()
+        role_sql += f" AND e.message_id IN ({allowed_sql})"
+        role_params += list(allowed_params)
     literal = _vector_literal(vector)
     if scope == "session":
         # Exact: the session's vectors are few; the uncast column keeps the HNSW index out.
@@ -288,10 +286,12 @@ def _scope_filter(qs, session: Session, scope: str, roles, *, prefix: str = ""):
     return qs
 
 
-def _vector_ranking_python(session, vector, model_name, limit, scope, roles, using):
+def _vector_ranking_python(session, vector, model_name, limit, scope, roles, using, allowed):
     import numpy as np
 
     qs = Embedding.objects.using(using).filter(model=model_name)
+    if allowed is not None:
+        qs = qs.filter(message__in=allowed.values("id"))
     if scope == "session":
         qs = qs.filter(session_id=session.pk)
     elif session.owner_id is None:
@@ -312,13 +312,20 @@ def _vector_ranking_python(session, vector, model_name, limit, scope, roles, usi
 
 
 def _fulltext_ranking(
-    session: Session, query: str, limit: int, scope: str, roles, using: str
+    session: Session,
+    query: str,
+    limit: int,
+    scope: str,
+    roles,
+    using: str,
+    allowed: QuerySet | None = None,
 ) -> list[tuple[Turn, float]]:
     """``((session id, cursor), rank)`` best first: the log's messages, and the texts pruned
-    messages' embeddings kept (one per turn, whatever the number of models)."""
+    messages' embeddings kept (one per turn, whatever the number of models), or with
+    ``allowed`` (the messages a filter keeps) only those."""
     connection = connections[using]
     if connection.vendor != "postgresql":
-        return _fulltext_ranking_python(session, query, limit, scope, roles, using)
+        return _fulltext_ranking_python(session, query, limit, scope, roles, using, allowed)
     msg = connection.ops.quote_name(Message._meta.db_table)
     emb = connection.ops.quote_name(Embedding._meta.db_table)
     ses = connection.ops.quote_name(Session._meta.db_table)
@@ -346,6 +353,11 @@ def _fulltext_ranking(
 
     m_doc, m_join, m_where, m_params = matches("m")
     e_doc, e_join, e_where, e_params = matches("e")
+    if allowed is not None:
+        allowed_sql, allowed_params = allowed.values("id").query.sql_with_params()
+        m_where.append(f"m.id IN ({allowed_sql})")
+        m_params += list(allowed_params)
+        e_where.append("false")  # pruned turns have no metadata to filter on
     any_word = memory_settings.FULLTEXT_MATCH == "any"
     # "any": OR the words websearch_to_tsquery ANDs (quoted phrases stay phrases); queries with
     # a negation keep websearch's meaning. ts_rank without length normalisation ranks messages
@@ -381,37 +393,24 @@ def _fulltext_ranking(
         return [((sid, turn), float(rank)) for sid, turn, rank in cursor.fetchall()]
 
 
-_TERM = re.compile(r"[^\W_]+", re.UNICODE)
-_FALLBACK_STOPWORDS = frozenset(
-    "a an and are as at be but by did do does for from had has have how i in is it its me my of "
-    "on or our she so that the their them then there they this to was we were what when where "
-    "which who why will with you your".split()
-)
-
-
-def query_terms(text: str) -> set[str]:
-    """The words of a text that carry meaning (lower-cased, common words left out)."""
-    return {t for t in _TERM.findall(text.lower()) if t not in _FALLBACK_STOPWORDS}
-
-
-def _fulltext_ranking_python(session, query, limit, scope, roles, using):
+def _fulltext_ranking_python(session, query, limit, scope, roles, using, allowed=None):
     wanted = query_terms(query)
     if not wanted:
         return []
     need = len(wanted) if memory_settings.FULLTEXT_MATCH == "all" else 1
-    texts = list(
-        _scope_filter(Message.objects.using(using), session, scope, roles).values_list(
-            "session_id", "seq", "content", "created_at"
+    messages = _scope_filter(Message.objects.using(using), session, scope, roles)
+    if allowed is not None:
+        messages = messages.filter(pk__in=allowed.values("id"))
+    texts = list(messages.values_list("session_id", "seq", "content", "created_at"))
+    if allowed is None:
+        pruned = (
+            _scope_filter(Embedding.objects.using(using), session, scope, roles)
+            .filter(message__isnull=True)
+            .values_list("session_id", "cursor", "content", "message_created_at")
         )
-    )
-    pruned = (
-        _scope_filter(Embedding.objects.using(using), session, scope, roles)
-        .filter(message__isnull=True)
-        .values_list("session_id", "cursor", "content", "message_created_at")
-    )
-    texts += list(
-        {(sid, cursor): (sid, cursor, content, at) for sid, cursor, content, at in pruned}.values()
-    )
+        texts += list(
+            {(sid, cursor): (sid, cursor, c, at) for sid, cursor, c, at in pruned}.values()
+        )
     scored = []
     for sid, cursor, content, at in texts:
         terms = query_terms(decrypt_text(content or ""))
@@ -443,22 +442,40 @@ def quote_untrusted(text: str) -> str:
 
 
 def recall_message(
-    results: Sequence[SearchResult], *, session_id=None, session_keys: dict | None = None
+    results: Sequence[SearchResult | MemoryView],
+    *,
+    session_id=None,
+    session_keys: dict | None = None,
 ) -> dict[str, Any]:
-    """The system message holding ``results`` as quoted, labelled, untrusted data."""
+    """The system message holding ``results`` (recalled messages, and remembered facts with
+    where and when they were learned) as quoted, labelled, untrusted data."""
     lines = [RECALL_HEADER, RECALL_OPEN]
     keys = session_keys or {}
+
+    def where(sid) -> str:
+        if sid == session_id:
+            return "this conversation"
+        return f"conversation {quote_untrusted(keys.get(sid, str(sid)))}"
+
     for n, result in enumerate(results, start=1):
+        if isinstance(result, MemoryView):
+            source = ""
+            if result.session_id is not None:
+                cursors = ", ".join(map(str, result.source_cursors))
+                source = f" in {where(result.session_id)}" + (
+                    f" (cursor {cursors})" if cursors else ""
+                )
+            topic = f" ({quote_untrusted(result.topic)})" if result.topic else ""
+            lines.append(
+                f"[{n}] remembered fact{topic}, learned {result.valid_from:%Y-%m-%d}{source}: "
+                f"{quote_untrusted(result.text)}"
+            )
+            continue
         m = result.message
-        key = keys.get(result.session_id, str(result.session_id))
-        where = (
-            "this conversation"
-            if result.session_id == session_id
-            else f"conversation {quote_untrusted(key)}"
-        )
         when = f", {m.created_at:%Y-%m-%d}" if m.created_at else ""
         lines.append(
-            f"[{n}] {m.role} in {where}, cursor {m.cursor}{when}: {quote_untrusted(m.content)}"
+            f"[{n}] {m.role} in {where(result.session_id)}, cursor {m.cursor}{when}: "
+            f"{quote_untrusted(m.content)}"
         )
     lines.append(RECALL_CLOSE)
     return {"role": "system", "content": "\n".join(lines)}
@@ -488,8 +505,11 @@ def recall_context(
     scope: str = "session",
     mode: str | None = None,
     roles: Sequence[str] | None = None,
+    memories: int = 0,
+    filters: Any = None,
 ) -> RecallWindow:
-    """``windows.window()`` plus up to ``recall_k`` recalled older messages, within ``max_tokens``.
+    """``windows.window()`` plus up to ``recall_k`` recalled older messages and up to
+    ``memories`` of the owner's current facts (``services.memories``), within ``max_tokens``.
 
     The recalled messages are search results for ``query`` that are not in the window (by
     cursor, and by text: no message appears twice), put in ONE system message labelled as
@@ -498,11 +518,16 @@ def recall_context(
     block does not use. Recall is skipped (a plain window) when ``query`` is empty or the
     ``SHOULD_RECALL`` hook declines it.
 
+    Facts come first in the block, each with where and when it was learned; ``filters``
+    (``validation.RecallFilters``) narrow both the messages and the facts.
+
     The share is for the recalled texts: the block's fixed part (its untrusted-data header and
     tags, ~70 tokens) comes on top of it, out of the window's part, so a small budget still
     recalls (see ``recall_reserve``). When ``max_tokens`` cannot hold even that, no recall.
     """
     recall_k = check_recall_k(recall_k)
+    fact_k = check_recall_k(memories, "memories")
+    filters = check_recall_filters(filters)
     if max_tokens is not None:
         max_tokens = check_count(max_tokens, "max_tokens")
     roles = list(memory_settings.RECALL_ROLES) if roles is None else roles
@@ -512,7 +537,11 @@ def recall_context(
         raise InvalidSearch("query", "must be a string or null")
     if query and query.strip():
         check_search(query, 1, scope, roles, mode)  # length, NUL bytes: the search's own rules
-    wanted = bool(recall_k) and bool(query and query.strip()) and should_recall().for_query(query)
+    wanted = (
+        bool(recall_k or fact_k)
+        and bool(query and query.strip())
+        and should_recall().for_query(query)
+    )
     encoding = encoding_name_for_model(model)
     reserve = None if max_tokens is None or not wanted else recall_reserve(max_tokens, encoding)
     if reserve is not None and reserve > max_tokens:
@@ -527,13 +556,23 @@ def recall_context(
         return RecallWindow(**_fields(first))
 
     try:
-        candidates = search(
-            session,
-            query,
-            limit=min(1000, recall_k + len(first.messages) + 5),
-            scope=scope,
-            roles=roles,
-            mode=mode,
+        found = (
+            search(
+                session,
+                query,
+                limit=min(1000, recall_k + len(first.messages) + 5),
+                scope=scope,
+                roles=roles,
+                mode=mode,
+                filters=filters,
+            )
+            if recall_k
+            else []
+        )
+        facts = (
+            learned.search(session.owner_id, query, limit=fact_k, filters=filters, mode=mode)
+            if fact_k and session.owner_id is not None
+            else []
         )
     except EmbedderError as err:
         # The embedder is down (a provider outage): the conversation itself still goes out,
@@ -542,21 +581,27 @@ def recall_context(
         window = windows.window(session.pk, max_messages, max_tokens, model=model)
         return RecallWindow(**_fields(window), recall_error=str(err))
 
-    def pick(window: Window, budget: int | None) -> tuple[list[SearchResult], dict | None, int]:
+    def pick(window: Window, budget: int | None) -> tuple[list, dict | None, int]:
         in_window = {c for c in window.cursors if c is not None}
         seen_texts = {
             _normal_text(m.get("content"))
             for m in window.messages
             if isinstance(m.get("content"), str)
         }
-        chosen: list[SearchResult] = []
+        chosen: list = []
         block, cost = None, 0
-        for result in candidates:
-            if len(chosen) >= recall_k:
-                break
-            text = _normal_text(result.message.content)
+        taken = {"fact": 0, "message": 0}
+        for result in [*facts, *found]:
+            kind = "message" if isinstance(result, SearchResult) else "fact"
+            if taken[kind] >= (recall_k if kind == "message" else fact_k):
+                continue
+            text = _normal_text(_text_of(result))
             if (
-                (result.session_id == session.pk and result.cursor in in_window)
+                (
+                    kind == "message"
+                    and result.session_id == session.pk
+                    and result.cursor in in_window
+                )
                 or not text
                 or text in seen_texts
             ):
@@ -566,12 +611,15 @@ def recall_context(
             if budget is not None and trial_cost > budget:
                 continue  # a shorter one further down may still fit
             chosen.append(result)
+            taken[kind] += 1
             seen_texts.add(text)
             block, cost = trial, trial_cost
         return chosen, block, cost
 
     keys = dict(
-        Session.objects.filter(pk__in={r.session_id for r in candidates}).values_list("pk", "key")
+        Session.objects.filter(
+            pk__in={r.session_id for r in [*found, *facts] if r.session_id}
+        ).values_list("pk", "key")
     )
     chosen, block, cost = pick(first, reserve)
     if block is None:
@@ -593,8 +641,10 @@ def recall_context(
         kept = [
             r
             for r in chosen
-            if not (r.session_id == session.pk and r.cursor in in_window)
-            and _normal_text(r.message.content) not in texts
+            if not (
+                isinstance(r, SearchResult) and r.session_id == session.pk and r.cursor in in_window
+            )
+            and _normal_text(_text_of(r)) not in texts
         ]
         if len(kept) != len(chosen):
             chosen = kept
@@ -614,7 +664,16 @@ def recall_context(
         tokens=window.tokens + cost,
         budget_tokens=window.budget_tokens + cost,
     )
-    return RecallWindow(**fields, recalled=tuple(chosen), recall_tokens=cost)
+    return RecallWindow(
+        **fields,
+        recalled=tuple(r for r in chosen if isinstance(r, SearchResult)),
+        recall_tokens=cost,
+        memories=tuple(r for r in chosen if not isinstance(r, SearchResult)),
+    )
+
+
+def _text_of(result: SearchResult | MemoryView) -> str:
+    return result.message.content if isinstance(result, SearchResult) else result.text
 
 
 def _fields(window: Window) -> dict[str, Any]:

@@ -5,10 +5,12 @@ from __future__ import annotations
 from operator import attrgetter
 
 from ..conf import memory_settings
+from ..models import Session
 from ..store import reads, snapshots
 from ..tokens import count_message, encoding_name_for_model, first_tokens
 from ..types import StoredMessage, Window
 from ..validation import check_count
+from . import blocks as memory_blocks
 from .context import assemble_window, page_sizer
 
 
@@ -40,13 +42,15 @@ def window(
         max_tokens=max_tokens if max_messages is None and stored_counts else None,
     )
     if source is not None:
-        snapshot, system, newest = source
+        snapshot, system, newest, blocks = source
     else:
         snapshot = snapshots.latest(session_id)
         system = reads.system_messages(session_id)
         newest = reads.newest_first(
             session_id, after=snapshot.upto if snapshot else 0, page_size=sizer
         )
+        owner = Session.objects.filter(pk=session_id).values_list("owner_id", flat=True)
+        blocks = memory_blocks.for_session(owner.first(), session_id)
     if stored_counts:
         cost = attrgetter("tokens")  # the count cached at append
     else:
@@ -63,4 +67,5 @@ def window(
         cost=cost,
         cost_of_dict=lambda d: count_message(d, encoding),
         cut_text=lambda text, n: first_tokens(text, n, encoding),
+        blocks=blocks,
     )

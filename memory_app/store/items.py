@@ -141,10 +141,92 @@ def put(
             for name, field_value in fields.items():
                 setattr(item, name, field_value)
             item.save(update_fields=list(fields))
-        if connections[_write_db()].vendor == "postgresql":
-            search_vector = SearchVector(Value(text), config="english") if text else None
-            Item.objects.filter(pk=item.pk).update(search_vector=search_vector)
+        _index_text(item.pk, text)
     return item
+
+
+def _index_text(pk, text: str | None) -> None:
+    """The item's full-text vector (PostgreSQL; elsewhere search scans the value)."""
+    if connections[_write_db()].vendor == "postgresql":
+        search_vector = SearchVector(Value(text), config="english") if text else None
+        Item.objects.filter(pk=pk).update(search_vector=search_vector)
+
+
+# -- versions: a value superseded, not overwritten ---------------------------------------------
+def in_force(qs: QuerySet, when: dt.datetime) -> QuerySet:
+    """The versions in force at ``when``: valid from then or earlier, not ended by then."""
+    return qs.filter(valid_from__lte=when).filter(
+        Q(invalid_at__isnull=True) | Q(invalid_at__gt=when)
+    )
+
+
+def of_owner(owner: Any) -> QuerySet:
+    """Every version of every item of ``owner`` (current, past and expired alike)."""
+    return Item.objects.for_owner(sessions.owner_id(owner))
+
+
+def add_version(
+    owner: Any,
+    namespace: Sequence[str],
+    key: str,
+    value: dict,
+    *,
+    text: str | None,
+    vector: list[float] | None,
+    model: str,
+    kind: str,
+    session_id: Any = None,
+    source_cursors: Sequence[int] = (),
+    importance: float | None = None,
+    now: dt.datetime | None = None,
+    ended: str = "superseded",
+) -> Item:
+    """A new version of the key, in force from ``now``; the version in force until then ends
+    at ``now`` (kept, with ``value["ended"] = ended``). Never updates in place."""
+    now = now or timezone.now()
+    owner_pk = sessions.owner_id(owner)
+    ns = joined(namespace)
+    with transaction.atomic(using=_write_db()):
+        current = list(
+            Item.objects.for_owner(owner_pk)
+            .filter(namespace=ns, key=key, invalid_at__isnull=True)
+            .select_for_update()
+        )
+        end(current, now, ended)
+        item = Item.objects.create(
+            owner_id=owner_pk,
+            namespace=ns,
+            key=key,
+            value=value,
+            kind=kind,
+            session_id=session_id,
+            source_cursors=list(source_cursors),
+            importance=importance,
+            valid_from=now,
+            updated_at=now,
+            vector=vector,
+            embedding_model=model if vector is not None else "",
+        )
+        _index_text(item.pk, text)
+    return item
+
+
+def end(versions: Iterable[Item], now: dt.datetime, reason: str) -> int:
+    """End these versions at ``now`` (``invalid_at``), saying why in ``value["ended"]``; call
+    with their rows locked. Returns how many ended."""
+    ended = []
+    for item in versions:
+        item.invalid_at = now
+        item.value = {**item.value, "ended": reason}
+        ended.append(item)
+    if ended:
+        Item.objects.bulk_update(ended, ["invalid_at", "value"])
+    return len(ended)
+
+
+def touch(item: Item, value: dict, importance: float | None, now: dt.datetime) -> None:
+    """Update a version's value and importance in place (a confirmation of the same fact)."""
+    Item.objects.filter(pk=item.pk).update(value=value, importance=importance, updated_at=now)
 
 
 def delete(owner: Any, namespace: Sequence[str], key: str) -> int:

@@ -9,13 +9,17 @@ from collections.abc import Callable, Iterator
 
 from django.db import connections, router
 from django.db.models import Max, Min
+from django.utils.dateparse import parse_datetime
 
 from ..conf import memory_settings
 from ..exceptions import InvalidCursor
 from ..models import Message
-from ..types import SnapshotView, StoredMessage
+from ..types import MemoryBlock, SnapshotView, StoredMessage
 from ..validation import check_count, check_cursor
 from .statements import execute, fetch, message, rows, statements
+
+#: ``(latest snapshot, system messages, newest messages after it, memory blocks)``.
+WindowSource = tuple[SnapshotView | None, list[StoredMessage], Iterator[StoredMessage], list]
 
 _NO_END = 2**63 - 1
 
@@ -79,9 +83,10 @@ def window_source(
     *,
     page_size: Callable[[int, int], int],
     max_tokens: int | None,
-) -> tuple[SnapshotView | None, list[StoredMessage], Iterator[StoredMessage]] | None:
+) -> WindowSource | None:
     """What a window is built from: ``(latest snapshot, system messages, newest messages after
-    the snapshot)``, the last lazy (pages after the first are read only if the window asks).
+    the snapshot, memory blocks)``, the newest messages lazy (pages after the first are read
+    only if the window asks).
 
     Two short index reads on PostgreSQL. With a token budget (``max_tokens``, counted with
     the stored token counts) the first page holds what the session's average message size
@@ -94,11 +99,21 @@ def window_source(
     hot = statements()
     head = execute(connection, hot.window_head, [session_id])
     if not head:  # the session is gone: nothing to send
-        return None, [], iter(())
-    message_count, token_count, version, upto, summary, pinned, model, metadata, created = head[0][
-        :9
+        return None, [], iter(()), []
+    (message_count, token_count, version, upto, summary, pinned, model, metadata, created) = head[
+        0
+    ][:9]
+    blocks = [
+        MemoryBlock(
+            name=name,
+            text=str(text or ""),
+            scope="owner" if owner_level else "session",
+            limit=int(memory_settings.MEMORY_BLOCK_MAX_CHARS),
+            updated_at=parse_datetime(updated) if isinstance(updated, str) else updated,
+        )
+        for name, text, owner_level, updated in head[0][9] or ()
     ]
-    system = [message(row[9:]) for row in head if row[9] is not None]
+    system = [message(row[10:]) for row in head if row[10] is not None]
     snapshot = None
     if version is not None:
         snapshot = SnapshotView(
@@ -133,7 +148,7 @@ def window_source(
                 tokens=sum(row[9] for row in first_page),
             )
 
-    return snapshot, system, newest()
+    return snapshot, system, newest(), blocks
 
 
 def messages(

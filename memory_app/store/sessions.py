@@ -278,10 +278,13 @@ def delete_rows(
     gone("checkpoints", Checkpoint.objects.filter(session_id__in=ids))
     if owner_id is not None:
         gone("items", Item.objects.filter(owner_id=owner_id))
+    # A session's own memory blocks go with what it holds.
+    blocks = Item.objects.filter(session_id__in=ids, kind=Item.BLOCK)._raw_delete(using)
     if not keep_sessions:
         # Items learned in a session outlive it (they are the owner's): only their link goes.
         Item.objects.filter(session_id__in=ids).update(session=None)
         gone("sessions", Session.objects.filter(pk__in=ids))
+    counts["items"] = counts.get("items", 0) + blocks
     return ErasedRows(**counts)
 
 

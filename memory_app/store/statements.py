@@ -23,7 +23,7 @@ from dataclasses import fields
 from functools import cache
 
 from ..encryption import decrypt_row
-from ..models import Message, Session, Snapshot
+from ..models import Item, Message, Session, Snapshot
 from ..types import StoredMessage
 from . import policies
 
@@ -82,6 +82,7 @@ class Statements:
         session = Session._meta.db_table
         message = Message._meta.db_table
         snapshot = Snapshot._meta.db_table
+        item = Item._meta.db_table
         # Named parameters: each is sent once however often the statement uses it.
         bump = f"""
             WITH bumped AS (
@@ -145,14 +146,28 @@ class Statements:
         """
         # The session's counters (to size a window's first page), its latest snapshot and
         # its system messages (a partial index): one row per system message, at least one.
+        # ... and the memory blocks its window carries (services.blocks: the owner's, then the
+        # session's own, as [name, text, owner-level, updated_at] rows of one JSON array).
         self.window_head = f"""
             SELECT s.message_count, s.token_count,
                    snap.version, snap.upto, snap.summary, snap.pinned, snap.model, snap.metadata,
-                   snap.created_at, sys.*
+                   snap.created_at, blk.blocks, sys.*
               FROM {session} s
               LEFT JOIN LATERAL (
                 SELECT * FROM {snapshot} WHERE session_id = s.id ORDER BY version DESC LIMIT 1
               ) snap ON true
+              LEFT JOIN LATERAL (
+                SELECT json_agg(json_build_array(i.key, i.value -> 'text',
+                                                 i.namespace = 'blocks', i.updated_at)
+                                ORDER BY i.namespace = 'blocks' DESC, i.key) AS blocks
+                  FROM {item} i
+                 WHERE i.kind = 'block' AND i.invalid_at IS NULL
+                   AND (i.expires_at IS NULL OR i.expires_at > now())
+                   AND ((s.owner_id IS NOT NULL AND i.owner_id = s.owner_id
+                         AND i.namespace = 'blocks')
+                        OR (i.owner_id IS NOT DISTINCT FROM s.owner_id
+                            AND i.namespace = 'blocks.session.' || s.id::text))
+              ) blk ON true
               LEFT JOIN LATERAL (
                 SELECT {_COLUMNS} FROM {message}
                  WHERE session_id = s.id AND role = 'system' ORDER BY seq

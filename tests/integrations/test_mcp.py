@@ -69,7 +69,7 @@ async def session_run(client: Client) -> dict:
 
 
 def assert_alice_only(outcome: dict, user) -> None:
-    assert outcome["tools"] == ["remember", "search_memory"]
+    assert outcome["tools"] == ["edit_memory_block", "remember", "search_memory"]
     assert outcome["saved"].startswith("Remembered")
     found = outcome["found"]
     assert "UNTRUSTED REFERENCE DATA" in found

@@ -72,19 +72,23 @@ def test_as_agents_sdk_function_tools(user, alice_and_bob):
     from tests.integrations.graphs import run_async
 
     tools = {t.name: t for t in agents_integration.memory_tools(user, namespace="bot")}
-    assert set(tools) == {"search_memory", "remember"}
+    assert set(tools) == {"search_memory", "remember", "edit_memory_block"}
     assert tools["search_memory"].params_json_schema["required"] == ["query"]
 
     async def scenario():
         saved = await tools["remember"].on_invoke_tool(None, json.dumps({"text": "Likes tea"}))
         found = await tools["search_memory"].on_invoke_tool(None, json.dumps({"query": "tea"}))
         bad = await tools["search_memory"].on_invoke_tool(None, json.dumps({"query": ""}))
-        return saved, found, bad
+        block = await tools["edit_memory_block"].on_invoke_tool(
+            None, json.dumps({"name": "profile", "text": "Drinks tea, not coffee."})
+        )
+        return saved, found, bad, block
 
-    saved, found, bad = run_async(scenario())
+    saved, found, bad, block = run_async(scenario())
     assert saved.startswith("Remembered")
     assert '"Likes tea"' in found
     assert bad.startswith("error: query")
+    assert block.startswith("Block 'profile' saved")
 
 
 def test_as_langchain_tools(user, alice_and_bob):
