@@ -38,8 +38,17 @@ from django.utils.text import slugify, smart_split, unescape_string_literal
 from . import validation
 from .exceptions import InvalidCursor, InvalidSession, MemoryStoreError
 from .memory import SessionMemory
-from .models import Checkpoint, CheckpointBlob, CheckpointWrite, Item, Message, Session, Snapshot
-from .services import retention
+from .models import (
+    Checkpoint,
+    CheckpointBlob,
+    CheckpointWrite,
+    Item,
+    LearnedMemory,
+    Message,
+    Session,
+    Snapshot,
+)
+from .services import memories, retention
 from .transcript import Page, arrange, coverage
 from .types import Scheduled, SnapshotView
 
@@ -1094,3 +1103,137 @@ class ItemAdmin(ReadOnlyAdmin):
         "ttl_minutes",
         "embedding_model",
     )
+
+
+class InForceFilter(admin.SimpleListFilter):
+    title = "in force"
+    parameter_name = "in_force"
+
+    def lookups(self, request, model_admin):
+        return (
+            ("yes", "In force"),
+            ("superseded", "Superseded"),
+            ("retired", "Retired"),
+            ("evicted", "Evicted"),
+        )
+
+    def queryset(self, request, queryset):
+        if self.value() == "yes":
+            return queryset.filter(invalid_at__isnull=True)
+        if self.value() in ("superseded", "retired", "evicted"):
+            return queryset.filter(invalid_at__isnull=False, value__ended=self.value())
+        return queryset
+
+
+@admin.register(LearnedMemory)
+class LearnedMemoryAdmin(ReadOnlyAdmin):
+    """An owner's learned memories: each fact with where it came from and when it was in force;
+    a memory's page lists every version of it (its history), each with its source messages."""
+
+    list_display = (
+        "display_text",
+        "owner",
+        "display_importance",
+        "valid_from",
+        "display_state",
+        "display_source",
+    )
+    list_filter = (InForceFilter, ("owner", admin.RelatedOnlyFieldListFilter))
+    search_fields = ("key", "value__text")
+    search_help_text = "Searches the facts' text and keys."
+    ordering = ("-valid_from",)
+    list_select_related = ("owner", "session")
+    date_hierarchy = "valid_from"
+    fields = (
+        ("owner", "key"),
+        "display_text",
+        ("display_importance", "display_state"),
+        ("valid_from", "invalid_at"),
+        "display_source",
+        "display_history",
+    )
+    readonly_fields = (
+        "owner",
+        "key",
+        "display_text",
+        "display_importance",
+        "display_state",
+        "valid_from",
+        "invalid_at",
+        "display_source",
+        "display_history",
+    )
+
+    class Media:
+        css = {"all": ("memory_app/admin.css",)}
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        return super().get_queryset(request).filter(kind=memories.KIND)
+
+    @admin.display(description="fact")
+    def display_text(self, obj: Item) -> str:
+        view = memories.view(obj)
+        topic = format_html(' <span class="mem-pill">{}</span>', view.topic) if view.topic else ""
+        return format_html('<span class="mem-title">{}</span>{}', view.text, topic)
+
+    @admin.display(description="importance", ordering="importance")
+    def display_importance(self, obj: Item) -> str:
+        if obj.importance is None:
+            return "—"
+        confirmed = memories.view(obj).confirmations
+        extra = f" · found again {confirmed}×" if confirmed else ""
+        return f"{obj.importance:.2f}{extra}"
+
+    @admin.display(description="state", ordering="invalid_at")
+    def display_state(self, obj: Item) -> str:
+        if obj.invalid_at is None:
+            return format_html('<span class="mem-pill mem-pill-snap">{}</span>', "in force")
+        ended = memories.view(obj).ended or "ended"
+        return format_html(
+            '<span class="mem-quiet" title="{}">{} {}</span>',
+            obj.invalid_at.isoformat(),
+            ended,
+            obj.invalid_at.strftime("%Y-%m-%d %H:%M"),
+        )
+
+    @admin.display(description="source")
+    def display_source(self, obj: Item) -> str:
+        return _memory_source(obj)
+
+    @admin.display(description="history")
+    def display_history(self, obj: Item) -> str:
+        versions = memories.history(obj.owner_id, obj.key)
+        rows = format_html_join(
+            "",
+            "<tr{}><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            (
+                (
+                    format_html(' class="{}"', "mem-current") if v.id == obj.pk else "",
+                    v.valid_from.strftime("%Y-%m-%d %H:%M"),
+                    f"{v.invalid_at:%Y-%m-%d %H:%M} ({v.ended or 'ended'})"
+                    if v.invalid_at
+                    else "in force",
+                    v.text,
+                    _memory_source(v),
+                )
+                for v in versions
+            ),
+        )
+        return format_html(
+            '<table class="mem-history"><thead><tr><th>from</th><th>until</th><th>fact</th>'
+            "<th>source</th></tr></thead><tbody>{}</tbody></table>",
+            rows,
+        )
+
+
+def _memory_source(memory: Any) -> str:
+    """Where a memory came from: its session, linked to the messages' place in the transcript."""
+    session_id = memory.session_id
+    if session_id is None:
+        return format_html('<span class="mem-quiet">{}</span>', "given directly")
+    cursors = list(memory.source_cursors or ())
+    url = reverse("admin:memory_app_session_change", args=[quote(session_id)])
+    if cursors:
+        url += f"?at={cursors[0]}#m-{cursors[0]}"
+    label = ", ".join(f"#{c}" for c in cursors) or "the session"
+    return format_html('<a href="{}">{}</a>', url, label)

@@ -8,6 +8,7 @@ never include embeddings or internal row ids.
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -120,7 +121,7 @@ class ContentField(serializers.JSONField):
 class ToolCallFunctionSerializer(serializers.Serializer):
     name = serializers.CharField(min_length=1)
     arguments = serializers.CharField(
-        required=False, allow_blank=True, help_text="The arguments as a JSON string."
+        allow_blank=True, help_text="The arguments as a JSON string ('{}' for none)."
     )
 
 
@@ -550,8 +551,33 @@ class RolesField(serializers.CharField):
         return [role.strip() for role in super().to_internal_value(data).split(",")]
 
 
+@extend_schema_field(
+    {
+        "type": "string",
+        "description": "A JSON object: `metadata` (conditions per key: a value, or "
+        '`{"$eq"|"$ne"|"$in"|"$gt"|"$gte"|"$lt"|"$lte": ...}`), `created_after`, '
+        "`created_before` (ISO 8601), `namespace`, `session`.",
+        "example": '{"metadata": {"topic": "billing", "priority": {"$gte": 2}}}',
+    }
+)
+class FiltersField(serializers.CharField):
+    """Recall filters as a JSON object in the query string, checked by the rule book."""
+
+    default_error_messages = {"invalid": "Must be a JSON object."}
+
+    def to_internal_value(self, data: Any) -> Any:
+        try:
+            value = json.loads(super().to_internal_value(data))
+        except ValueError:
+            self.fail("invalid")
+        if not isinstance(value, dict):
+            self.fail("invalid")
+        return value
+
+
 class SearchQuerySerializer(serializers.Serializer):
     q = serializers.CharField(max_length=MAX_QUERY, help_text="What to look for.")
+    filters = FiltersField(required=False, help_text="Only messages these conditions keep.")
     limit = SearchLimitField(required=False, default=5, help_text="How many results, best first.")
     scope = ScopeField(
         required=False,
@@ -591,6 +617,12 @@ class ContextQuerySerializer(WindowQuerySerializer):
         required=False,
         help_text="Recall only these roles, comma-separated (default: the RECALL_ROLES setting).",
     )
+    memories = RecallCountField(
+        required=False,
+        default=0,
+        help_text="Most of the owner's current facts to include in the block (0: none).",
+    )
+    filters = FiltersField(required=False, help_text="Recall only what these conditions keep.")
 
 
 class SearchResultSerializer(serializers.Serializer):
@@ -627,6 +659,10 @@ class ContextSerializer(WindowSerializer):
         many=True, help_text="The search results in the recall block."
     )
     recall_tokens = serializers.IntegerField(help_text="Tokens of the recall block (in `tokens`).")
+    memories = serializers.ListField(
+        child=serializers.DictField(),
+        help_text="The owner's facts in the block (`memories=k`), as `memories/` lists them.",
+    )
     recall_error = serializers.CharField(
         allow_null=True,
         help_text="Why nothing was recalled when the search failed (the embedder was down); "
@@ -650,6 +686,7 @@ class ContextSerializer(WindowSerializer):
         }
         data["unanswered_tool_calls"] = list(instance.unanswered_tool_calls)
         data["recalled"] = SearchResultSerializer(instance.recalled, many=True).data
+        data["memories"] = MemorySerializer(instance.memories, many=True).data
         return data
 
 
@@ -695,4 +732,81 @@ class SnapshotConflictSerializer(ErrorSerializer):
     current_version = serializers.IntegerField(allow_null=True, help_text="The latest version now.")
     current = SnapshotSerializer(
         allow_null=True, help_text="The latest snapshot now: reload from it."
+    )
+
+
+# -- learned memory and memory blocks --------------------------------------------------------------
+class MemorySerializer(serializers.Serializer):
+    key = serializers.CharField(help_text="The memory's key, the same in every version.")
+    text = serializers.CharField()
+    importance = serializers.FloatField(allow_null=True, help_text="From 0 to 1.")
+    valid_from = serializers.DateTimeField(help_text="When this version came into force.")
+    invalid_at = serializers.DateTimeField(
+        allow_null=True, help_text="When it ended (null while in force)."
+    )
+    ended = serializers.CharField(
+        help_text="Why it ended: superseded, retired or evicted (empty while in force)."
+    )
+    session_id = serializers.UUIDField(allow_null=True, help_text="The session it came from.")
+    source_cursors = serializers.ListField(
+        child=serializers.IntegerField(), help_text="The messages it came from."
+    )
+    metadata = serializers.DictField()
+    topic = serializers.CharField()
+    confirmations = serializers.IntegerField(help_text="Times the same fact was found again.")
+    score = serializers.FloatField(allow_null=True, help_text="Search score (searches only).")
+
+    def to_representation(self, instance) -> dict[str, Any]:
+        data = instance.as_dict()
+        data.pop("id", None)
+        data["session_id"] = str(instance.session_id) if instance.session_id else None
+        data["source_cursors"] = list(instance.source_cursors)
+        for name in ("valid_from", "invalid_at"):
+            value = data[name]
+            data[name] = value.isoformat() if value else None
+        return data
+
+
+class MemoryQuerySerializer(serializers.Serializer):
+    q = serializers.CharField(
+        required=False, max_length=MAX_QUERY, help_text="Rank by this (absent: newest first)."
+    )
+    as_of = serializers.CharField(
+        required=False, help_text="What was in force at this ISO 8601 date-time."
+    )
+    filters = FiltersField(required=False, help_text="Only memories these conditions keep.")
+    limit = SearchLimitField(required=False, default=20, help_text="How many.")
+    offset = QueryIntegerField(required=False, default=0, min_value=0, max_value=MAX_COUNT)
+
+
+class MemoryWriteSerializer(StrictFieldsMixin, serializers.Serializer):
+    text = StrictCharField(help_text="The fact, as a sentence.")
+    metadata = serializers.JSONField(required=False, help_text="A JSON object.")
+    topic = StrictCharField(required=False, allow_blank=True, max_length=100)
+    importance = serializers.FloatField(
+        required=False, allow_null=True, min_value=0, max_value=1, help_text="From 0 to 1."
+    )
+
+
+class BlockSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    text = serializers.CharField()
+    scope = serializers.ChoiceField(choices=["owner", "session"])
+    limit = serializers.IntegerField(help_text="Most characters the block holds.")
+    updated_at = serializers.DateTimeField(allow_null=True)
+
+    def to_representation(self, instance) -> dict[str, Any]:
+        return {
+            "name": instance.name,
+            "text": instance.text,
+            "scope": instance.scope,
+            "limit": instance.limit,
+            "updated_at": instance.updated_at.isoformat() if instance.updated_at else None,
+        }
+
+
+class BlockWriteSerializer(StrictFieldsMixin, serializers.Serializer):
+    text = StrictCharField(allow_blank=True, help_text="The block's text, or the line to add.")
+    append = StrictBooleanField(
+        required=False, default=False, help_text="Add the text as a new line."
     )

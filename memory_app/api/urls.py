@@ -8,13 +8,15 @@ from django.urls import re_path
 from rest_framework.routers import SimpleRouter
 
 from .errors import NoSuchRoute
-from .views import OwnerViewSet, SessionViewSet
+from .views import BlockViewSet, MemoryViewSet, OwnerViewSet, SessionViewSet
 
 app_name = "memory_api"
 
 router = SimpleRouter()
 router.register("sessions", SessionViewSet, basename="session")
 router.register("owner", OwnerViewSet, basename="owner")  # owner/export/, owner/erase/
+router.register("memories", MemoryViewSet, basename="memory")
+router.register("blocks", BlockViewSet, basename="block")
 
 urlpatterns = [
     *router.urls,

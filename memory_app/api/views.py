@@ -77,6 +77,16 @@ UNSUPPORTED = {
 SESSION_ID = OpenApiParameter(
     "id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="The session's id."
 )
+BLOCK_NAME = OpenApiParameter(
+    "name",
+    OpenApiTypes.STR,
+    OpenApiParameter.PATH,
+    description="The block's name: 1-64 letters, digits, '_' or '-'.",
+    pattern=r"^[A-Za-z0-9_-]{1,64}$",
+)
+MEMORY_KEY = OpenApiParameter(
+    "key", OpenApiTypes.STR, OpenApiParameter.PATH, description="The memory's key."
+)
 
 
 def _errors(*groups: dict) -> dict:
@@ -518,6 +528,202 @@ class SessionViewSet(MemoryAPIMixin, GenericViewSet):
         memory.clear()
         return Response(s.SessionSerializer(memory.info()).data)
 
+    # -- memory blocks of one session -------------------------------------------------------
+    @extend_schema(
+        summary="The session's memory blocks",
+        description="The blocks every window of this session carries: its owner's, then its own.",
+        parameters=[SESSION_ID],
+        responses={200: s.BlockSerializer(many=True), **_errors(NOT_FOUND)},
+    )
+    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
+    def blocks(self, request: Request, id: str) -> Response:
+        memory = self.get_memory()
+        found = [*memory.learned.blocks(), *memory.learned.blocks(scope="session")]
+        if memory.owner_id is None:
+            found = memory.learned.blocks(scope="session")
+        return Response(s.BlockSerializer(found, many=True).data)
+
+    @extend_schema(
+        methods=["PUT"],
+        summary="Write a block of the session",
+        description="Replaces the block's text (or appends a line with `append`), creating it. "
+        "A text past MEMORY_BLOCK_MAX_CHARS is 400, never cut.",
+        parameters=[SESSION_ID, BLOCK_NAME],
+        request=s.BlockWriteSerializer,
+        responses={200: s.BlockSerializer, **_errors(BAD_INPUT, NOT_FOUND, UNSUPPORTED)},
+    )
+    @extend_schema(
+        methods=["DELETE"],
+        summary="Delete a block of the session",
+        parameters=[SESSION_ID, BLOCK_NAME],
+        responses={204: None, **_errors(BAD_INPUT, NOT_FOUND)},
+    )
+    @action(detail=True, methods=["put", "delete"], url_path=r"blocks/(?P<name>[^/]+)")
+    def block(self, request: Request, id: str, name: str) -> Response:
+        learned = self.get_memory().learned
+        if request.method == "DELETE":
+            if not learned.delete_block(name, scope="session"):
+                return _no_block(name)
+            return Response(status=status.HTTP_204_NO_CONTENT)
+        data = _validated(s.BlockWriteSerializer, request.data)
+        block = learned.write_block(name, data["text"], scope="session", append=data["append"])
+        return Response(s.BlockSerializer(block).data)
+
+
+NO_ROUTE = {404: OpenApiResponse(_ERROR, description="No such route (an empty name, say).")}
+
+
+def _no_block(name: str) -> Response:
+    return Response(
+        {"detail": f"No memory block {name!r}.", "code": "not_found"},
+        status=status.HTTP_404_NOT_FOUND,
+    )
+
+
+# -- learned memory: the requesting user's facts and blocks (memory_app.learned) -------------------
+@extend_schema_view(
+    list=extend_schema(
+        summary="Your memories",
+        description="Facts learned about you, in force now (or at `as_of`): newest first, or "
+        "ranked by `q`. `filters` narrows them (metadata, creation time, source session).",
+        parameters=[s.MemoryQuerySerializer],
+        responses={200: s.MemorySerializer(many=True), **_errors(BAD_INPUT)},
+    ),
+    create=extend_schema(
+        summary="Remember a fact",
+        description="Keeps a fact (importance 1 unless given). The same fact already kept is "
+        "confirmed instead (200 with it); a new one is 201.",
+        request=s.MemoryWriteSerializer,
+        responses={
+            201: s.MemorySerializer,
+            200: OpenApiResponse(s.MemorySerializer, description="Already kept: confirmed."),
+            **_errors(BAD_INPUT, UNSUPPORTED),
+        },
+    ),
+    retrieve=extend_schema(
+        operation_id="memory_memories_history",
+        summary="A memory's history",
+        description="Every version of the memory, oldest first, with why each ended.",
+        parameters=[MEMORY_KEY],
+        responses={200: s.MemorySerializer(many=True), **_errors(NOT_FOUND)},
+    ),
+    partial_update=extend_schema(
+        summary="Update a memory",
+        description="A new version in force from now; the old one stays in the history.",
+        parameters=[MEMORY_KEY],
+        request=s.MemoryWriteSerializer,
+        responses={200: s.MemorySerializer, **_errors(BAD_INPUT, NOT_FOUND, UNSUPPORTED)},
+    ),
+    destroy=extend_schema(
+        summary="Forget a memory",
+        description="Ends the memory; its history stays readable.",
+        parameters=[MEMORY_KEY],
+        responses={204: None, **_errors(NOT_FOUND)},
+    ),
+)
+class MemoryViewSet(MemoryAPIMixin, ViewSet):
+    """Facts learned about the requesting user. Always the requester's own, for staff too."""
+
+    lookup_field = "key"
+    lookup_value_regex = r"[^/]+"
+
+    def list(self, request: Request) -> Response:
+        query = _validated(s.MemoryQuerySerializer, request.query_params)
+        learned = Memory.learned(request.user)
+        if "q" in query:
+            found = learned.search(
+                query["q"],
+                limit=query["limit"],
+                as_of=query.get("as_of"),
+                filters=query.get("filters"),
+            )
+        else:
+            found = learned.current(
+                as_of=query.get("as_of"),
+                filters=query.get("filters"),
+                limit=query["limit"],
+                offset=query["offset"],
+            )
+        return Response(s.MemorySerializer(found, many=True).data)
+
+    def create(self, request: Request) -> Response:
+        data = _validated(s.MemoryWriteSerializer, request.data)
+        before = Memory.learned(request.user).count()
+        memory = Memory.learned(request.user).remember(data.pop("text"), **data)
+        new = Memory.learned(request.user).count() > before
+        return Response(
+            s.MemorySerializer(memory).data,
+            status=status.HTTP_201_CREATED if new else status.HTTP_200_OK,
+        )
+
+    def retrieve(self, request: Request, key: str) -> Response:
+        versions = Memory.learned(request.user).history(key)
+        if not versions:
+            return Response(
+                {"detail": f"No memory {key!r}.", "code": "not_found"},
+                status=status.HTTP_404_NOT_FOUND,
+            )
+        return Response(s.MemorySerializer(versions, many=True).data)
+
+    def partial_update(self, request: Request, key: str) -> Response:
+        data = _validated(s.MemoryWriteSerializer, request.data)
+        learned = Memory.learned(request.user)
+        if not learned.history(key):
+            return Response(
+                {"detail": f"No memory {key!r}.", "code": "not_found"},
+                status=status.HTTP_404_NOT_FOUND,
+            )
+        return Response(s.MemorySerializer(learned.update(key, data.pop("text"), **data)).data)
+
+    def destroy(self, request: Request, key: str) -> Response:
+        if not Memory.learned(request.user).forget(key):
+            return Response(
+                {"detail": f"No current memory {key!r}.", "code": "not_found"},
+                status=status.HTTP_404_NOT_FOUND,
+            )
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+@extend_schema_view(
+    list=extend_schema(
+        summary="Your memory blocks",
+        description="Your blocks, which every window of your sessions carries.",
+        responses={200: s.BlockSerializer(many=True), **AUTH_ERRORS},
+    ),
+    update=extend_schema(
+        summary="Write a memory block",
+        description="Replaces the block's text (or appends a line with `append`), creating it. "
+        "A text past MEMORY_BLOCK_MAX_CHARS, or a new block past MEMORY_BLOCKS_MAX, is 400.",
+        parameters=[BLOCK_NAME],
+        request=s.BlockWriteSerializer,
+        responses={200: s.BlockSerializer, **_errors(BAD_INPUT, NO_ROUTE, UNSUPPORTED)},
+    ),
+    destroy=extend_schema(
+        summary="Delete a memory block",
+        parameters=[BLOCK_NAME],
+        responses={204: None, **_errors(BAD_INPUT, NOT_FOUND)},
+    ),
+)
+class BlockViewSet(MemoryAPIMixin, ViewSet):
+    """The requesting user's memory blocks."""
+
+    lookup_field = "name"
+    lookup_value_regex = r"[^/]+"  # any name reaches the view: a bad one is a 400 naming it
+
+    def list(self, request: Request) -> Response:
+        found = Memory.learned(request.user).blocks()
+        return Response(s.BlockSerializer(found, many=True).data)
+
+    def update(self, request: Request, name: str) -> Response:
+        data = _validated(s.BlockWriteSerializer, request.data)
+        block = Memory.learned(request.user).write_block(name, data["text"], append=data["append"])
+        return Response(s.BlockSerializer(block).data)
+
+    def destroy(self, request: Request, name: str) -> Response:
+        if not Memory.learned(request.user).delete_block(name):
+            return _no_block(name)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
 
 # -- per owner: export and erase everything of the requesting user (memory_app.owners) ------------
 
@@ -555,4 +761,4 @@ class OwnerViewSet(MemoryAPIMixin, ViewSet):
         return Response(s.ErasedRowsSerializer(Memory.erase_owner(request.user)).data)
 
 
-__all__ = ["MemoryAPIMixin", "OwnerViewSet", "SessionViewSet"]
+__all__ = ["BlockViewSet", "MemoryAPIMixin", "MemoryViewSet", "OwnerViewSet", "SessionViewSet"]

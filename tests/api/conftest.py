@@ -61,9 +61,11 @@ def sessions_url() -> str:
     return reverse("memory_api:session-list")
 
 
-def session_url(session_id, action: str | None = None) -> str:
+def session_url(session_id, action: str | None = None, **kwargs: str) -> str:
     name = f"memory_api:session-{action}" if action else "memory_api:session-detail"
-    return reverse(name, kwargs={"id": str(session_id)})
+    if action == "block":  # sessions/{id}/blocks/{name}/
+        kwargs.setdefault("name", "profile")
+    return reverse(name, kwargs={"id": str(session_id), **kwargs})
 
 
 def import_url() -> str:

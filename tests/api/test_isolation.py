@@ -30,6 +30,9 @@ SESSION_ROUTES = [
     ("get", "search", {"q": "Hello", "scope": "owner"}),
     ("post", "summarize", {"keep_recent": 0}),
     ("get", "context", {"q": "Hello"}),
+    ("get", "blocks", None),
+    ("put", "block", {"text": "taken over"}),
+    ("delete", "block", None),
 ]
 
 
@@ -112,6 +115,8 @@ def test_staff_see_all_owners_with_the_staff_permission_class(
 ):
     if (method, action) == ("get", "snapshot"):
         session.save_snapshot("something to read", upto=1)
+    if (method, action) == ("delete", "block"):
+        session.learned.write_block("profile", "something to delete", scope="session")
     response = _call(staff_api, method, action, body, session.id)
     assert response.status_code in (200, 201, 202, 204), response.data
     # Everyone else is still scoped to their own sessions.

@@ -36,6 +36,18 @@ OPERATIONS = {
     # per owner (memory_app.owners)
     ("/api/memory/owner/export/", "get"),
     ("/api/memory/owner/erase/", "post"),
+    # learned memory: facts and memory blocks
+    ("/api/memory/memories/", "get"),
+    ("/api/memory/memories/", "post"),
+    ("/api/memory/memories/{key}/", "get"),
+    ("/api/memory/memories/{key}/", "patch"),
+    ("/api/memory/memories/{key}/", "delete"),
+    ("/api/memory/blocks/", "get"),
+    ("/api/memory/blocks/{name}/", "put"),
+    ("/api/memory/blocks/{name}/", "delete"),
+    ("/api/memory/sessions/{id}/blocks/", "get"),
+    ("/api/memory/sessions/{id}/blocks/{name}/", "put"),
+    ("/api/memory/sessions/{id}/blocks/{name}/", "delete"),
 }
 
 
@@ -65,7 +77,7 @@ def test_every_endpoint_and_its_errors_are_documented(schema):
                 "path",
                 {"type": "string", "format": "uuid"},
             )
-        if method in ("post", "patch") and not path.endswith("/clear/"):
+        if method in ("post", "patch", "put") and not path.endswith("/clear/"):
             assert "400" in codes, (path, method)
         assert operation.get("summary"), (path, method)
     snapshot_conflict = schema["paths"]["/api/memory/sessions/{id}/snapshot/"]["post"]["responses"][

@@ -127,7 +127,9 @@ def test_api_conforms_to_its_schema(case, user, auth_header, same_connection_for
 
 def test_the_run_covers_every_operation():
     operations = {(op.ok().method.upper(), op.ok().path) for op in api_schema.get_all_operations()}
-    assert len(operations) == 18
+    assert len(operations) == 29
+    assert ("PATCH", "/api/memory/memories/{key}/") in operations
+    assert ("PUT", "/api/memory/sessions/{id}/blocks/{name}/") in operations
     assert ("POST", "/api/memory/sessions/{id}/messages/") in operations
     assert ("POST", "/api/memory/owner/erase/") in operations
     assert ("GET", "/api/memory/sessions/{id}/search/") in operations
