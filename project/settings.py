@@ -123,8 +123,9 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
 }
 
-# The app's own settings: one namespace, documented in memory_app/conf.py.
-MEMORY_APP: dict = {}
+# The app's own settings: one namespace, documented in docs/settings.md. The demo learns facts
+# from what its users ask it to remember (no model needed).
+MEMORY_APP: dict = {"MEMORY_EXTRACTOR": "memory_app.providers.extractors.OfflineExtractor"}
 
 LOGGING = {
     "version": 1,
