@@ -150,6 +150,8 @@ def _celery_worker(tmp_path_factory, django_db_setup, _openai_server):
             "SUMMARIZE_KEEP_RECENT": 2,
             "SUMMARIZE_MAX_INPUT_TOKENS": 100,
             "SUMMARIZE_THRESHOLD_TOKENS": None,
+            # Learns only from remembered messages of owned sessions: no model call.
+            "MEMORY_EXTRACTOR": "memory_app.providers.extractors.OfflineExtractor",
         },
         log_dir=tmp_path_factory.mktemp("celery-worker"),
     )
