@@ -28,10 +28,12 @@ from .learned import OwnerMemory
 from .models import Session
 from .providers.summarizers import Summarizer
 from .services import background, compaction, embedding, owners, recall, windows
+from .services import blocks as memory_blocks
 from .store import log, reads, sessions, snapshots, transfer
 from .types import (
     ANY_OWNER,
     ErasedRows,
+    MemoryBlock,
     RecallWindow,
     Scheduled,
     SearchResult,
@@ -204,6 +206,10 @@ class SessionMemory:
         """What was learned about the session's owner (facts this session teaches name it as
         their source) and the memory blocks its windows carry."""
         return OwnerMemory(self.session.owner_id, session_id=self.id)
+
+    def blocks(self) -> list[MemoryBlock]:
+        """The memory blocks this session's windows carry: its owner's, then its own."""
+        return memory_blocks.for_session(self.session.owner_id, self.id)
 
     def extract_memories(self) -> dict | None:
         """Learn from this session's waiting messages now, with ``MEMORY_EXTRACTOR``; the counts

@@ -537,11 +537,7 @@ class SessionViewSet(MemoryAPIMixin, GenericViewSet):
     )
     @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
     def blocks(self, request: Request, id: str) -> Response:
-        memory = self.get_memory()
-        found = [*memory.learned.blocks(), *memory.learned.blocks(scope="session")]
-        if memory.owner_id is None:
-            found = memory.learned.blocks(scope="session")
-        return Response(s.BlockSerializer(found, many=True).data)
+        return Response(s.BlockSerializer(self.get_memory().blocks(), many=True).data)
 
     @extend_schema(
         methods=["PUT"],
@@ -648,9 +644,8 @@ class MemoryViewSet(MemoryAPIMixin, ViewSet):
 
     def create(self, request: Request) -> Response:
         data = _validated(s.MemoryWriteSerializer, request.data)
-        before = Memory.learned(request.user).count()
         memory = Memory.learned(request.user).remember(data.pop("text"), **data)
-        new = Memory.learned(request.user).count() > before
+        new = memory.confirmations == 0  # a fact found again counts a confirmation
         return Response(
             s.MemorySerializer(memory).data,
             status=status.HTTP_201_CREATED if new else status.HTTP_200_OK,

@@ -75,7 +75,8 @@ def test_ownerless_sessions_carry_their_own_blocks_only(db):
     service.add({"role": "user", "content": "hi"})
     other.add({"role": "user", "content": "hi"})
     assert [b.name for b in service.window().blocks] == ["persona"]
-    assert other.window().blocks == ()
+    assert [b.name for b in service.blocks()] == ["persona"]
+    assert other.window().blocks == () and other.blocks() == []
 
 
 def test_the_blocks_cost_the_window_no_query(learned, chat, django_assert_num_queries):
