@@ -24,14 +24,17 @@ from urllib.parse import urlencode
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.utils import model_ngettext, quote, unquote
-from django.core.exceptions import PermissionDenied
+from django.contrib.postgres.search import SearchQuery
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.paginator import Paginator
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import OperationalError, connections, router, transaction
-from django.db.models import Count, Exists, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
+from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
 from django.utils.text import slugify, smart_split, unescape_string_literal
 
@@ -49,6 +52,7 @@ from .models import (
     Snapshot,
 )
 from .services import memories, retention
+from .store.pending import FULLTEXT_CONFIG
 from .transcript import Page, arrange, coverage
 from .types import Scheduled, SnapshotView
 
@@ -69,6 +73,32 @@ class HasSnapshotFilter(admin.SimpleListFilter):
         if self.value() == "no":
             return queryset.filter(has_snapshot=False)
         return queryset
+
+
+class OwnerFilter(admin.RelatedOnlyFieldListFilter):
+    """The owners of the newest sessions, at most ``shown`` of them: with thousands of owners
+    the full list would be a scan of the sessions and a sidebar of thousands of links. Any
+    owner is still a filter (``?owner__id__exact=``), and the one chosen is always listed."""
+
+    shown = 20
+
+    def field_choices(self, field, request, model_admin):
+        recent = (
+            Session.objects.using(router.db_for_read(Session))
+            .filter(owner__isnull=False)
+            .order_by("-updated_at")
+            .values_list("owner_id", flat=True)[: self.shown * 20]
+        )
+        ids = list(dict.fromkeys(recent))[: self.shown]
+        for value in self.lookup_val or ():
+            try:
+                ids.append(field.target_field.to_python(value))
+            except ValidationError:
+                pass  # not an owner's key: the list itself says nothing matches
+        ordering = self.field_admin_ordering(field, request, model_admin)
+        return field.get_choices(
+            include_blank=False, limit_choices_to={"pk__in": ids}, ordering=ordering
+        )
 
 
 class ExpiredFilter(admin.SimpleListFilter):
@@ -105,6 +135,37 @@ def search_terms(search_term: str) -> list[str]:
         if bit.strip():
             terms.setdefault(bit.casefold(), bit)
     return list(terms.values())
+
+
+class BoundedCountPaginator(Paginator):
+    """Counts at most ``count_cap`` rows: a list of millions (or a search over them) costs a
+    bounded ``COUNT`` over a ``LIMIT``, not a scan of the table. Past the cap the list says
+    "10,000+" (``count_label``) and pages up to the cap; filters and search narrow it."""
+
+    count_cap = 10_000
+
+    @cached_property
+    def count(self) -> int:
+        counted = self.object_list.order_by()[: self.count_cap + 1].count()
+        self.capped = counted > self.count_cap
+        return min(counted, self.count_cap)
+
+    @property
+    def count_label(self) -> str:
+        return f"{self.count:,}+" if self.capped else f"{self.count:,}"
+
+
+def matches_text(term: str, using: str) -> Q:
+    """Messages whose text holds ``term``: on PostgreSQL a full-text match on the indexed
+    ``search_vector`` (words, stemmed: a GIN lookup, whatever the table's size), elsewhere a
+    substring match."""
+    if connections[using].vendor != "postgresql":
+        return Q(content__icontains=term)
+    kind = "phrase" if len(term.split()) > 1 else "plain"
+    query = SearchQuery(term, config=FULLTEXT_CONFIG, search_type=kind)
+    # A message appended moments ago may not have its vector yet (the after-append job fills
+    # it): those few, on their small partial index, are matched by substring.
+    return Q(search_vector=query) | Q(index_pending=True, content__icontains=term)
 
 
 @contextmanager
@@ -278,23 +339,32 @@ class SessionAdmin(admin.ModelAdmin):
     list_display_links = ("display_key",)
     list_filter = (
         ("namespace", admin.AllValuesFieldListFilter),
-        ("owner", admin.RelatedOnlyFieldListFilter),
+        ("owner", OwnerFilter),
         HasSnapshotFilter,
         ExpiredFilter,
+        ("updated_at", admin.DateFieldListFilter),
     )
     # The fields are listed so that the search box shows; get_search_results does the work.
     search_fields = ("key", "title")
-    search_help_text = "Searches keys, titles and the text of every message."
+    search_help_text = (
+        "Searches keys, titles and the words of every message (a word in very many messages: "
+        "the sessions of the first matches)."
+    )
     #: Most distinct words a search matches (each is a scan of the messages); the rest are left
     #: out, and the page says so.
     search_max_terms = 8
+    #: Most matching messages read per word: past it a word's sessions are those of this
+    #: many matches (the page says so), whatever the table's size.
+    search_text_sample = 5000
     #: Longest a query of the session list may run, in milliseconds (PostgreSQL): a search
     #: nobody waits for any more must not keep the database busy.
     statement_timeout_ms = 5000
-    date_hierarchy = "updated_at"
+    # No date_hierarchy: it aggregates the whole (searched) list on every page; the updated
+    # filter below costs no query.
     ordering = ("-updated_at",)
     list_select_related = ("owner",)
     list_per_page = 50
+    paginator = BoundedCountPaginator
     show_full_result_count = False
     empty_value_display = "none"
     actions = ("summarize_now", "export_json", "reembed", "clear_sessions", "delete_selected")
@@ -395,9 +465,10 @@ class SessionAdmin(admin.ModelAdmin):
     def get_search_results(self, request, queryset, search_term):
         """Every term must match the key, the title, or the text of one of the messages.
 
-        Message text is matched with ``EXISTS`` (one subquery per term, not a join), so a
-        session with many matching messages is listed once and the query count stays put.
-        Terms are matched once each (case aside), at most ``search_max_terms`` of them.
+        Message text is looked up once per term (``sessions_mentioning``), never as a
+        subquery per session: the cost is bounded by ``search_text_sample``, not by the size
+        of the messages table. Terms are matched once each (case aside), at most
+        ``search_max_terms`` of them.
         """
         terms = search_terms(search_term)
         if len(terms) > self.search_max_terms:
@@ -408,14 +479,38 @@ class SessionAdmin(admin.ModelAdmin):
                 messages.WARNING,
             )
             terms = terms[: self.search_max_terms]
+        using = router.db_for_read(Message)
+        sampled = []
         for term in terms:
-            in_messages = Exists(
-                Message.objects.filter(session=OuterRef("pk"), content__icontains=term)
-            )
+            mentioning, complete = self.sessions_mentioning(term, using)
+            if not complete:
+                sampled.append(term)
             queryset = queryset.filter(
-                Q(key__icontains=term) | Q(title__icontains=term) | in_messages
+                Q(key__icontains=term) | Q(title__icontains=term) | Q(pk__in=mentioning)
+            )
+        if sampled and request.method == "GET":
+            self.message_user(
+                request,
+                f"{', '.join(repr(t) for t in sampled)}: in more than "
+                f"{self.search_text_sample:,} messages; the list shows the sessions of the "
+                f"first {self.search_text_sample:,} found (keys and titles in full). Add words "
+                "to narrow it.",
+                messages.INFO,
             )
         return queryset, False
+
+    def sessions_mentioning(self, term: str, using: str) -> tuple[set, bool]:
+        """Ids of the sessions with a message holding ``term``, and whether that is all of
+        them: read from at most ``search_text_sample`` matching messages (``matches_text``:
+        the GIN index on PostgreSQL), so a word in millions of messages costs no more than a
+        rare one."""
+        found = list(
+            Message.objects.using(using)
+            .filter(matches_text(term, using))
+            .order_by()  # index order: no join to sessions for the model's ordering, no sort
+            .values_list("session_id", flat=True)[: self.search_text_sample + 1]
+        )
+        return set(found[: self.search_text_sample]), len(found) <= self.search_text_sample
 
     @admin.display(description="retention policy")
     def retention_policy(self, obj: Session) -> str:
