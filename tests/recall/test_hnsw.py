@@ -12,7 +12,7 @@ from django.test.utils import CaptureQueriesContext
 from memory_app import Memory
 from memory_app.models import Embedding, Message
 from memory_app.providers.embeddings import get_embedder
-from memory_app.services import background
+from memory_app.services import background, recall
 from memory_app.services.embedding import ensure_hnsw_index, hnsw_index_name
 from memory_app.services.recall import apply_hnsw_settings
 
@@ -130,7 +130,7 @@ def test_iterative_scan_fills_the_limit_under_a_selective_filter(
 
 
 def test_fulltext_search_uses_the_gin_index(
-    garden_chat, memory_settings_override, django_capture_on_commit_callbacks
+    garden_chat, memory_settings_override, django_capture_on_commit_callbacks, monkeypatch
 ):
     with connection.cursor() as cursor:
         cursor.execute(
@@ -148,7 +148,8 @@ def test_fulltext_search_uses_the_gin_index(
     assert background.run_after_append(garden_chat.id) >= 3000
     with connection.cursor() as cursor:
         cursor.execute(f"ANALYZE {Message._meta.db_table}")
-    for scope in ("session", "owner"):
+
+    def plan_of(scope: str) -> str:
         with CaptureQueriesContext(connection) as captured:
             found = garden_chat.search("mushroom risotto", scope=scope, mode="fulltext")
         assert [r.cursor for r in found] == [5]
@@ -160,10 +161,21 @@ def test_fulltext_search_uses_the_gin_index(
             cursor.execute("EXPLAIN " + sql)
             plan = "\n".join(r[0] for r in cursor.fetchall())
             cursor.execute("SET LOCAL enable_seqscan = on")
-        # The stored vector is matched (no to_tsvector per indexed row); across an owner's
-        # sessions through its GIN index (one session's rows may come by the session's index).
+        return plan
+
+    gin = "Bitmap Index Scan on memory_message_search_vector_gin"
+    default = recall.OWNER_SCAN_MAX_MESSAGES
+    for scope, owner_scan_max in (("session", None), ("owner", 100), ("owner", None)):
+        monkeypatch.setattr(recall, "OWNER_SCAN_MAX_MESSAGES", owner_scan_max or default)
+        plan = plan_of(scope)
+        # The stored vector is matched (no to_tsvector per indexed row).
         assert "(search_vector @@ " in plan, plan
-        if scope == "owner":
-            assert "Bitmap Index Scan on memory_message_search_vector_gin" in plan, plan
+        if scope == "owner" and owner_scan_max is not None:
+            # An owner with more messages than the cap: through the GIN index.
+            assert gin in plan, plan
+        elif scope == "owner":
+            # A modest history (3,000 < the cap) is read by its sessions' index, tested per
+            # row: the cost follows the owner's messages, not the table's.
+            assert gin not in plan and "memory_message_session_seq_uniq" in plan, plan
         # Messages not indexed yet are found through the small partial index of pending ones.
         assert "memory_message_pending_idx" in plan, plan
