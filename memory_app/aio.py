@@ -30,7 +30,13 @@ async def run_write(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
     then raise the first ``CancelledError``: a write that failed is not reported as its error
     but as the cancellation the caller asked for, as the SDK stores do.
     """
-    work = asyncio.ensure_future(sync_to_async(fn)(*args, **kwargs))
+    return await outlive_cancellation(sync_to_async(fn)(*args, **kwargs))
+
+
+async def outlive_cancellation(write: Awaitable[T]) -> T:
+    """Await ``write`` (a coroutine: a native async write) to its end even if the caller is
+    cancelled meanwhile; then raise the first ``CancelledError``, as ``run_write`` does."""
+    work = asyncio.ensure_future(write)
     cancelled: asyncio.CancelledError | None = None
     while not work.done():
         try:

@@ -59,6 +59,10 @@ DEFAULTS: dict[str, Any] = {
     # Appends to one session from several threads of this process at once are written together,
     # in one statement (PostgreSQL, outside transactions): see memory_app/store/log.py.
     "COMBINE_APPENDS": True,
+    # Async appends (aadd, aadd_many, and the integrations' async writes) on PostgreSQL send
+    # the append statement from psycopg's async driver, on up to this many connections per
+    # event loop and database; 0 runs them as sync code on a thread (see store/async_log.py).
+    "ASYNC_CONNECTIONS": 10,
     # Messages fetched per query while filling a window from the newest backwards.
     "WINDOW_PAGE_SIZE": 200,
     # Keyword arguments for openai.OpenAI() used by the OpenAI providers: api_key, base_url,
@@ -437,6 +441,7 @@ RULES: dict[str, Rule] = {
     "PRUNE_COMPACTED": boolean,
     "DEFAULT_NAMESPACE": text(max_length=100),
     "COMBINE_APPENDS": boolean,
+    "ASYNC_CONNECTIONS": whole(0, 1000),
     "WINDOW_PAGE_SIZE": whole(1, 100_000),
     "OPENAI": dict_of(),
     "EMBEDDER": embedder_path,

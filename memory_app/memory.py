@@ -29,7 +29,7 @@ from .models import Session
 from .providers.summarizers import Summarizer
 from .services import background, compaction, embedding, owners, recall, windows
 from .services import blocks as memory_blocks
-from .store import log, reads, sessions, snapshots, transfer
+from .store import async_log, log, reads, sessions, snapshots, transfer
 from .types import (
     ANY_OWNER,
     ErasedRows,
@@ -170,8 +170,20 @@ class Memory:
     asession = static_twin(session, write=True)
     acreate = static_twin(create, write=True)
     aget = static_twin(get)
-    aadd = static_twin(add, write=True)
-    aadd_many = static_twin(add_many, write=True)
+
+    @staticmethod
+    async def aadd(
+        session_id: uuid.UUID | str, message: dict[str, Any], *, owner=None
+    ) -> StoredMessage:
+        """``add()`` for async callers: natively on PostgreSQL (``store.async_log``)."""
+        return await async_log.aadd(session_id, message, owner=owner)
+
+    @staticmethod
+    async def aadd_many(
+        session_id: uuid.UUID | str, messages: Iterable[dict[str, Any]], *, owner=None
+    ) -> list[StoredMessage]:
+        return await async_log.aadd_many(session_id, messages, owner=owner)
+
     asessions = static_twin(sessions)
     aimport_session = static_twin(import_session, write=True)
 
@@ -260,8 +272,13 @@ class SessionMemory:
         reused."""
         return log.pop_last(self.id)
 
-    aadd = twin(add, write=True)
-    aadd_many = twin(add_many, write=True)
+    async def aadd(self, message: dict[str, Any]) -> StoredMessage:
+        """``add()`` for async callers: natively on PostgreSQL (``store.async_log``)."""
+        return await async_log.aadd(self.id, message)
+
+    async def aadd_many(self, messages: Iterable[dict[str, Any]]) -> list[StoredMessage]:
+        return await async_log.aadd_many(self.id, messages)
+
     amessages = twin(messages)
     alast = twin(last)
     aget_message = twin(get_message)

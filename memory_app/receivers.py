@@ -11,14 +11,28 @@ already committed (the sweep finds what is still marked).
 
 from __future__ import annotations
 
+from .conf import memory_settings
 from .services import background
 from .signals import messages_appended
 
 
-def schedule_after_append(sender, session_id, messages, **kwargs) -> None:
+def schedule_after_append(sender, session_id, messages, committed=False, **kwargs) -> None:
     """Once the write commits, schedule the session's after-append job."""
-    if messages:
+    if not messages:
+        return
+    if committed:  # a native async append: committed on its own connection
+        background.schedule_after_append(session_id)  # never raises
+    else:
         background.schedule_after_append_on_commit(session_id)
+
+
+def _runs_in_event_loop() -> bool:
+    # Deferred (the default), scheduling hands the session id to a thread: no query, nothing
+    # that blocks, so a native async append may send the signal from its event loop.
+    return memory_settings.AFTER_APPEND == "deferred"
+
+
+schedule_after_append.runs_in_event_loop = _runs_in_event_loop
 
 
 def connect() -> None:

@@ -36,6 +36,7 @@ WRONG_VALUES: dict[str, list] = {
     "PRUNE_COMPACTED": ["false", "true", 0, None],
     "DEFAULT_NAMESPACE": ["", "  ", "x" * 101, 5],
     "COMBINE_APPENDS": ["true", 1],
+    "ASYNC_CONNECTIONS": [-1, 1001, 2.5, "10"],
     "WINDOW_PAGE_SIZE": [0, "200"],
     "OPENAI": [[], "sk-key"],
     "EMBEDDER": ["lexical", 5, ""],

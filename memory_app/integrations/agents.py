@@ -318,13 +318,10 @@ class MemorySession:
         return items if limit is None or limit < 0 else items[-limit:]
 
     async def add_items(self, items: list[dict[str, Any]]) -> None:
-        """Append the items, all or none, one message each."""
+        """Append the items, all or none, one message each (natively async on PostgreSQL)."""
         if not items:
             return
-        await run_write(self._add, [item_to_message(item) for item in items])
-
-    def _add(self, messages: list[dict[str, Any]]) -> None:
-        self.memory.add_many(messages)
+        await self.memory.aadd_many([item_to_message(item) for item in items])
 
     async def pop_item(self) -> dict[str, Any] | None:
         """Remove the newest item and return it (``None`` when empty); its cursor is not reused.
@@ -428,13 +425,15 @@ class CompactingMemorySession(MemorySession):
                 items.extend(message_to_items(stored[cursor]))
         return items
 
-    def _add(self, messages: list[dict[str, Any]]) -> None:
-        super()._add(messages)
+    async def add_items(self, items: list[dict[str, Any]]) -> None:
+        await super().add_items(items)
+        if items:
+            await run_write(self._request_compaction)
+
+    def _request_compaction(self) -> None:
         try:
             self._compact_if_needed(force=False)
-        except (
-            Exception
-        ):  # the items are stored: a failed request for compaction must not undo that
+        except Exception:  # the items are stored: a failed compaction request must not undo that
             logger.exception("could not request compaction of session %s", self.session_id)
 
     def _compact_if_needed(self, *, force: bool) -> str | None:

@@ -201,7 +201,8 @@ class DjangoChatMessageHistory(BaseChatMessageHistory):
 
     # A cancelled write stays pending until its outcome is known, then raises CancelledError.
     async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
-        await run_write(self._add, list(messages))
+        if messages:  # natively async on PostgreSQL (the store's async append)
+            await self.memory.aadd_many([to_stored(m) for m in messages])
 
     async def aclear(self) -> None:
         await run_write(lambda: self.memory.clear())

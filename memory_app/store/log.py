@@ -152,14 +152,18 @@ def _insert(
 _combiner = AppendCombiner()
 
 
-def announce(session_id, messages: list[StoredMessage], tokens_since_snapshot: int) -> None:
+def announce(
+    session_id, messages: list[StoredMessage], tokens_since_snapshot: int, *, committed=False
+) -> None:
     """Tell ``messages_appended``'s receivers that ``messages`` were stored (an append, an
-    import), inside the writer's transaction: what follows new messages is scheduled there."""
+    import), inside the writer's transaction: what follows new messages is scheduled there.
+    ``committed``: they are committed already (a native async append, on its own connection)."""
     messages_appended.send(
         sender=Session,
         session_id=session_id,
         messages=messages,
         tokens_since_snapshot=tokens_since_snapshot,
+        committed=committed,
     )
 
 
@@ -193,14 +197,22 @@ def _json(value) -> str | None:
 
 def _insert_postgresql(
     connection, session_id, messages: list[NewMessage], tokens, owner=ANY_OWNER
-) -> list[StoredMessage]:
+) -> tuple[int, list[StoredMessage]]:
+    sql, params = append_statement(session_id, messages, tokens, owner)
+    return placed(session_id, messages, tokens, execute(connection, sql, params))
+
+
+def append_statement(
+    session_id, messages: list[NewMessage], tokens: list[int], owner=ANY_OWNER
+) -> tuple[str, dict]:
+    """The PostgreSQL append statement and its parameters for ``messages`` (already checked,
+    counted and encrypted): what the sync and the native async append both send."""
     n = len(messages)
-    total = sum(tokens)
     any_owner, owner_pk = sessions.owner_check(owner)
     # The namespaces' sliding TTLs travel as one parameter: the statement text stays fixed.
     params = {
         "n": n,
-        "tokens": total,
+        "tokens": sum(tokens),
         "now": timezone.now(),
         "session": session_id,
         "ttls": policies.sliding_ttls(),
@@ -209,7 +221,6 @@ def _insert_postgresql(
     }
     if n == 1:
         m = messages[0]
-        sql = statements().append_one
         params.update(
             role=m.role,
             content=m.content,
@@ -222,20 +233,27 @@ def _insert_postgresql(
             remember=m.remember,
             idempotency_key=m.idempotency_key,
         )
-    else:
-        sql = statements().append_many
-        params["rows"] = _batch_rows(messages, tokens)
-    result = execute(connection, sql, params)
+        return statements().append_one, params
+    params["rows"] = _batch_rows(messages, tokens)
+    return statements().append_many, params
+
+
+def placed(
+    session_id, messages: list[NewMessage], tokens: list[int], result: list
+) -> tuple[int, list[StoredMessage]]:
+    """``(tokens since the snapshot, the stored messages)`` from the append statement's rows;
+    no row: the session does not exist (or is not the owner's)."""
     if not result:
         raise SessionNotFound(f"session {session_id} does not exist")
+    n = len(messages)
     # RETURNING order is not the insertion order: place each row by its cursor.
     first = min(r[0] for r in result)
-    placed: list = [None] * n
+    rows_at: list = [None] * n
     for seq, created, pk, _since in result:
-        placed[seq - first] = (seq, created, pk)
+        rows_at[seq - first] = (seq, created, pk)
     return result[0][3], [
         stored_message(seq, m, t, created, pk)
-        for m, t, (seq, created, pk) in zip(messages, tokens, placed, strict=True)
+        for m, t, (seq, created, pk) in zip(messages, tokens, rows_at, strict=True)
     ]
 
 
