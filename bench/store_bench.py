@@ -57,6 +57,7 @@ STORE_ONLY = {
     "SUMMARIZE_THRESHOLD_TOKENS": None,
     "EMBED_ON_APPEND": False,
     "IMPORTANCE_THRESHOLD": None,
+    "MEMORY_EXTRACTOR": None,  # the app's default (the demo project turns it on)
 }
 
 WORDS = (

@@ -148,6 +148,8 @@ def iter_owner_export(
                 after = batch[-1].cursor
                 if progress is not None:
                     progress(len(batch))
+                if len(batch) < batch_size:
+                    break  # the last batch: no query for an empty one
             yield (
                 '], "snapshots": '
                 + dumps([snapshot_fields(v) for v in snapshots.lineage(session.pk)])
