@@ -63,6 +63,11 @@ DEFAULTS: dict[str, Any] = {
     # the append statement from psycopg's async driver, on up to this many connections per
     # event loop and database; 0 runs them as sync code on a thread (see store/async_log.py).
     "ASYNC_CONNECTIONS": 10,
+    # The hot statements (appends, window reads) are prepared on the server, whatever Django's
+    # OPTIONS["prepare_threshold"]; False leaves it to that. Behind a transaction pooler that
+    # keeps no prepared statements (PgBouncer before 1.21) set False (a refusal also turns it
+    # off for the process, after one failed statement inside a transaction at worst).
+    "PREPARE_STATEMENTS": True,
     # Messages fetched per query while filling a window from the newest backwards.
     "WINDOW_PAGE_SIZE": 200,
     # Keyword arguments for openai.OpenAI() used by the OpenAI providers: api_key, base_url,
@@ -442,6 +447,7 @@ RULES: dict[str, Rule] = {
     "DEFAULT_NAMESPACE": text(max_length=100),
     "COMBINE_APPENDS": boolean,
     "ASYNC_CONNECTIONS": whole(0, 1000),
+    "PREPARE_STATEMENTS": boolean,
     "WINDOW_PAGE_SIZE": whole(1, 100_000),
     "OPENAI": dict_of(),
     "EMBEDDER": embedder_path,

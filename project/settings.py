@@ -192,3 +192,8 @@ if os.environ.get("REPLICA_DATABASE_URL"):
     DATABASE_ROUTERS = ["memory_app.routers.MemoryRouter"]
     MIDDLEWARE.append("memory_app.routers.ReplicaReadsMiddleware")
     MEMORY_APP = {**MEMORY_APP, "READ_REPLICAS": ["replica"]}
+
+# Through a transaction pooler (DB_TRANSACTION_POOLER=1, project/database.py) the app prepares
+# no statements: PgBouncer before 1.21 keeps none per client.
+if os.environ.get("DB_TRANSACTION_POOLER", "0") == "1":
+    MEMORY_APP = {"PREPARE_STATEMENTS": False, **MEMORY_APP}

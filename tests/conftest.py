@@ -22,10 +22,12 @@ from memory_app import conf
 # deferred default.
 conf.DEFAULTS["EMBEDDER"] = conf.LEXICAL_EMBEDDER
 conf.DEFAULTS["AFTER_APPEND"] = "immediate"
-os.environ.setdefault(
-    "MEMORY_APP_JSON",
-    json.dumps({"EMBEDDER": conf.LEXICAL_EMBEDDER, "AFTER_APPEND": "immediate"}),
-)
+_pinned = {"EMBEDDER": conf.LEXICAL_EMBEDDER, "AFTER_APPEND": "immediate"}
+# The run through PgBouncer 1.18 in transaction mode prepares nothing, as a project behind it
+# must (project/settings.py); pinned here too because tests that set MEMORY_APP replace it.
+if os.environ.get("DB_TRANSACTION_POOLER") == "1":
+    conf.DEFAULTS["PREPARE_STATEMENTS"] = _pinned["PREPARE_STATEMENTS"] = False
+os.environ.setdefault("MEMORY_APP_JSON", json.dumps(_pinned))
 
 
 # Users are made by the hundred: a fast hasher instead of PBKDF2's million rounds (each

@@ -37,6 +37,7 @@ WRONG_VALUES: dict[str, list] = {
     "DEFAULT_NAMESPACE": ["", "  ", "x" * 101, 5],
     "COMBINE_APPENDS": ["true", 1],
     "ASYNC_CONNECTIONS": [-1, 1001, 2.5, "10"],
+    "PREPARE_STATEMENTS": ["false", 0],
     "WINDOW_PAGE_SIZE": [0, "200"],
     "OPENAI": [[], "sk-key"],
     "EMBEDDER": ["lexical", 5, ""],

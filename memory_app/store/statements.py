@@ -18,6 +18,7 @@ unchanged from Django 5.2 to 6.1 (CI runs the suite on both): ``queries_logged``
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import fields
 from functools import cache
@@ -26,6 +27,8 @@ from ..encryption import decrypt_row
 from ..models import Item, Message, Session, Snapshot
 from ..types import StoredMessage
 from . import policies
+
+logger = logging.getLogger(__name__)
 
 ROW_FIELDS = (
     "seq",
@@ -208,8 +211,70 @@ def execute(connection, sql: str, params) -> list:
         return wrapped.fetchall()
     connection.validate_no_broken_transaction()
     with connection.wrap_database_errors:
-        raw.execute(sql, params)
+        prepare = prepare_flag(connection.alias)
+        if prepare:
+            allow_prepare(raw.connection)
+        try:
+            raw.execute(sql, params, prepare=prepare)
+        except PREPARED_STATEMENT_ERRORS:
+            if not prepare:
+                raise
+            stop_preparing(connection.alias)
+            if connection.in_atomic_block:
+                raise  # the transaction is aborted: the caller's to retry
+            raw.execute(sql, params, prepare=False)  # autocommit: the failed one did nothing
         return raw.fetchall()
+
+
+# ---- prepared statements ------------------------------------------------------------------------
+# The hot statements are prepared on the server (PREPARE_STATEMENTS), whatever Django's
+# prepare_threshold (None by default, for poolers): parsing and planning the append's CTE on
+# every call costs more than the rest of it. A transaction pooler that does not keep prepared
+# statements per client (PgBouncer before 1.21) answers "does not exist" or "already exists":
+# then this process stops preparing on that database, says so once, and runs the statement
+# again unprepared when that is safe (outside a transaction).
+_unprepared: set[str] = set()
+
+
+def _prepared_statement_errors() -> tuple[type[BaseException], ...]:
+    from psycopg import errors
+
+    return (errors.InvalidSqlStatementName, errors.DuplicatePreparedStatement)
+
+
+PREPARED_STATEMENT_ERRORS = _prepared_statement_errors()
+
+
+def prepare_flag(alias: str) -> bool | None:
+    """``prepare=`` for psycopg: True; None when off (the connection's ``prepare_threshold``,
+    Django's OPTIONS, decides); False where the database refused one."""
+    from ..conf import memory_settings
+
+    if alias in _unprepared:
+        return False
+    return True if memory_settings.PREPARE_STATEMENTS else None
+
+
+#: psycopg ignores ``prepare=True`` on a connection whose ``prepare_threshold`` is None
+#: (Django's default): such a connection gets one no query reaches by count, so only the
+#: statements that ask are prepared and Django's own queries never are.
+ONLY_WHEN_ASKED = 2**62
+
+
+def allow_prepare(psycopg_connection) -> None:
+    if psycopg_connection.prepare_threshold is None:
+        psycopg_connection.prepare_threshold = ONLY_WHEN_ASKED
+
+
+def stop_preparing(alias: str) -> None:
+    if alias not in _unprepared:
+        _unprepared.add(alias)
+        logger.warning(
+            "database %r refused a prepared statement (a transaction pooler such as PgBouncer "
+            "before 1.21?): memory_app stops preparing its statements there; set "
+            "MEMORY_APP['PREPARE_STATEMENTS'] = False to skip the first try",
+            alias,
+        )
 
 
 def _statement_cursor(connection):

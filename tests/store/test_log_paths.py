@@ -229,3 +229,36 @@ def test_a_failed_append_leaves_no_gap_and_the_next_one_works(user):
     connection.close()  # a reopened connection gets a cursor of its own
     assert mem.add({"role": "user", "content": "three"}).cursor == 3
     assert [(m.cursor, m.content) for m in mem.messages()] == [(1, "one"), (2, "two"), (3, "three")]
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("prepare", [True, False])
+def test_hot_statements_are_prepared_whatever_djangos_threshold(user, prepare):
+    """Django's default prepare_threshold (None) makes psycopg ignore prepare=True; the store
+    prepares its own statements anyway (PREPARE_STATEMENTS), and only those."""
+    options = connection.settings_dict.setdefault("OPTIONS", {})
+    saved = options.get("prepare_threshold", "unset")
+    connection.close()
+    options["prepare_threshold"] = None
+    try:
+        with override_settings(MEMORY_APP={"PREPARE_STATEMENTS": prepare}):
+            mem = Memory.session("prepared", owner=user)
+            mem.add({"role": "user", "content": "first"})
+            mem.last(5)
+            for _ in range(10):  # more than any threshold: Django's own query stays unprepared
+                Session.objects.filter(pk=mem.id).exists()
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT statement FROM pg_prepared_statements")
+                prepared = [row[0] for row in cursor.fetchall()]
+    finally:
+        connection.close()
+        if saved == "unset":
+            options.pop("prepare_threshold")
+        else:
+            options["prepare_threshold"] = saved
+    if prepare:
+        assert any("WITH bumped AS" in sql for sql in prepared), prepared
+        assert not any("EXISTS" in sql.upper() or "LIMIT 1" in sql for sql in prepared), prepared
+    else:
+        assert prepared == []

@@ -106,3 +106,44 @@ def test_this_run_goes_through_pgbouncer_in_transaction_mode(user):
         pools = [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
     mine = [p for p in pools if p["database"] == settings["NAME"]]
     assert mine and mine[0]["pool_mode"] == "transaction"
+
+
+@pytest.mark.skipif(not THROUGH_POOLER, reason="only in the run through PgBouncer (scripts/test)")
+@pytest.mark.django_db(transaction=True)
+def test_a_pooler_that_refuses_prepared_statements_turns_them_off(user, settings, caplog):
+    import psycopg
+
+    from memory_app import Memory
+    from memory_app.store import statements
+
+    # As a project that left PREPARE_STATEMENTS on behind PgBouncer 1.18 would run.
+    settings.MEMORY_APP = {**settings.MEMORY_APP, "PREPARE_STATEMENTS": True}
+    statements._unprepared.discard(connection.alias)
+    mem = Memory.session("prepared", owner=user, namespace="tests")
+    # Other clients leave a statement named as psycopg names a connection's first one on every
+    # server connection of the pool.
+    params = connection.get_connection_params()
+    others = [
+        psycopg.connect(
+            host=params["host"], port=params["port"], user=params["user"], dbname=params["dbname"]
+        )
+        for _ in range(8)
+    ]
+    try:
+        for other in others:  # each inside its open transaction: each on a server of its own
+            other.execute("DEALLOCATE ALL")
+            other.execute('PREPARE "_pg3_0" AS SELECT 1')
+        for other in others:
+            other.commit()
+        connection.close()  # a fresh client connection: its first prepared name is "_pg3_0"
+        for i in range(6):
+            mem.add({"role": "user", "content": f"turn {i}"})
+        assert [m.content for m in mem.messages()] == [f"turn {i}" for i in range(6)]
+        assert [m.cursor for m in mem.messages()] == list(range(1, 7))
+        assert connection.alias in statements._unprepared
+        refusals = [r for r in caplog.records if "refused a prepared statement" in r.message]
+        assert len(refusals) == 1
+    finally:
+        for other in others:
+            other.close()
+        statements._unprepared.discard(connection.alias)
