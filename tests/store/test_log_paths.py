@@ -6,6 +6,8 @@ the work, so both give the same answers.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from django.db import connection
 from django.test.utils import override_settings
@@ -232,6 +234,10 @@ def test_a_failed_append_leaves_no_gap_and_the_next_one_works(user):
 
 
 @pytest.mark.postgres
+@pytest.mark.skipif(
+    os.environ.get("DB_TRANSACTION_POOLER") == "1",
+    reason="a direct connection's prepared statements (tests/store/test_pooler.py: through one)",
+)
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("prepare", [True, False])
 def test_hot_statements_are_prepared_whatever_djangos_threshold(user, prepare):

@@ -144,6 +144,11 @@ def test_a_pooler_that_refuses_prepared_statements_turns_them_off(user, settings
         refusals = [r for r in caplog.records if "refused a prepared statement" in r.message]
         assert len(refusals) == 1
     finally:
+        # Leave no statement on the pool's server connections for the tests after this one.
         for other in others:
+            other.execute("DEALLOCATE ALL")
+        for other in others:
+            other.commit()
             other.close()
+        connection.close()
         statements._unprepared.discard(connection.alias)
