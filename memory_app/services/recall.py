@@ -331,11 +331,11 @@ def _fulltext_ranking(
     ses = connection.ops.quote_name(Session._meta.db_table)
     config = sql_literal(FULLTEXT_CONFIG)
 
-    def matches(alias: str) -> tuple[str, str, list, list]:
+    def matches(alias: str) -> tuple[str, list, list]:
         """The document (the exact expression of a GIN index: migration 0004 for pruned
-        messages' embeddings; for pending messages the one their vector will hold), a join and
-        the scope's conditions."""
-        where, params, join = [], [], ""
+        messages' embeddings; for pending messages the one their vector will hold) and the
+        scope's conditions."""
+        where, params = [], []
         if scope == "session":
             where.append(f"{alias}.session_id = %s")
             params.append(session.pk)
@@ -354,7 +354,7 @@ def _fulltext_ranking(
         if roles is not None:
             where.append(f"{alias}.role = ANY(%s)")
             params.append(list(roles))
-        return f"to_tsvector({config}::regconfig, {alias}.content)", join, where, params
+        return f"to_tsvector({config}::regconfig, {alias}.content)", where, params
 
     # A stored vector matches through the GIN index, whose cost follows how many messages of
     # the whole table hold the words. An owner's modest history is cheaper to read through
@@ -362,8 +362,8 @@ def _fulltext_ranking(
     vector_match = "m.search_vector @@ tsq.q"
     if scope != "session" and _owner_messages(session, using) <= OWNER_SCAN_MAX_MESSAGES:
         vector_match = f"({vector_match}) IS TRUE"
-    m_doc, m_join, m_where, m_params = matches("m")
-    e_doc, e_join, e_where, e_params = matches("e")
+    m_doc, m_where, m_params = matches("m")
+    e_doc, e_where, e_params = matches("e")
     if allowed is not None:
         allowed_sql, allowed_params = allowed.values("id").query.sql_with_params()
         m_where.append(f"m.id IN ({allowed_sql})")
@@ -384,17 +384,17 @@ def _fulltext_ranking(
         f"found AS ("
         f"SELECT m.session_id, m.seq AS turn, m.created_at AS at, "
         f"ts_rank(m.search_vector, tsq.q) AS rank "
-        f"FROM {msg} m {m_join} CROSS JOIN tsq "
+        f"FROM {msg} m CROSS JOIN tsq "
         f"WHERE {vector_match} AND {' AND '.join(m_where)} "
         f"UNION ALL "
         f"SELECT m.session_id, m.seq, m.created_at, ts_rank({m_doc}, tsq.q) "
-        f"FROM {msg} m {m_join} CROSS JOIN tsq "
+        f"FROM {msg} m CROSS JOIN tsq "
         f"WHERE m.index_pending AND m.search_vector IS NULL AND {m_doc} @@ tsq.q "
         f"AND {' AND '.join(m_where)} "
         f"UNION ALL "
         f"SELECT DISTINCT ON (e.session_id, e.{CURSOR}) e.session_id, e.{CURSOR}, "
         f"e.message_created_at, ts_rank({e_doc}, tsq.q) "
-        f"FROM {emb} e {e_join} CROSS JOIN tsq "
+        f"FROM {emb} e CROSS JOIN tsq "
         f"WHERE e.message_id IS NULL AND {e_doc} @@ tsq.q AND {' AND '.join(e_where)}) "
         f"SELECT session_id, turn, rank FROM found "
         f"ORDER BY rank DESC, at DESC NULLS LAST, turn DESC, session_id LIMIT %s"
