@@ -38,12 +38,7 @@ from ..tokens import count_message
 from ..types import ANY_OWNER, NewMessage, StoredMessage
 from ..validation import check_message, check_messages
 from . import log, sessions
-from .statements import (
-    PREPARED_STATEMENT_ERRORS,
-    allow_prepare,
-    prepare_flag,
-    stop_preparing,
-)
+from .statements import PREPARED_STATEMENT_ERRORS, prepare_for, refused
 
 
 async def aadd(session_id, message: dict[str, Any], *, owner: Any = ANY_OWNER) -> StoredMessage:
@@ -90,15 +85,12 @@ async def _write(alias, session_id, messages, tokens, owner) -> list[StoredMessa
     sql, params = log.append_statement(session_id, messages, tokens, owner)
     async with connection_for(alias) as conn, conn.cursor(binary=True) as cursor:
         with connections[alias].wrap_database_errors:  # psycopg's errors as Django's
-            prepare = prepare_flag(alias)
-            if prepare:
-                allow_prepare(conn)
+            prepare = prepare_for(alias, conn)
             try:
                 await cursor.execute(sql, params, prepare=prepare)
             except PREPARED_STATEMENT_ERRORS:  # a pooler without them (see statements)
-                if not prepare:
+                if not refused(alias, prepare):
                     raise
-                stop_preparing(alias)
                 await cursor.execute(sql, params, prepare=False)  # autocommit: safe again
             result = await cursor.fetchall()
     tokens_since, written = log.placed(session_id, messages, tokens, result)

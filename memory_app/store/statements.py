@@ -211,18 +211,15 @@ def execute(connection, sql: str, params) -> list:
         return wrapped.fetchall()
     connection.validate_no_broken_transaction()
     with connection.wrap_database_errors:
-        prepare = prepare_flag(connection.alias)
-        if prepare:
-            allow_prepare(raw.connection)
+        prepare = prepare_for(connection.alias, raw.connection)
         try:
             raw.execute(sql, params, prepare=prepare)
         except PREPARED_STATEMENT_ERRORS:
-            if not prepare:
+            # Inside a transaction it is aborted: the caller's to retry. In autocommit the
+            # refused statement did nothing: run it again.
+            if not refused(connection.alias, prepare) or connection.in_atomic_block:
                 raise
-            stop_preparing(connection.alias)
-            if connection.in_atomic_block:
-                raise  # the transaction is aborted: the caller's to retry
-            raw.execute(sql, params, prepare=False)  # autocommit: the failed one did nothing
+            raw.execute(sql, params, prepare=False)
         return raw.fetchall()
 
 
@@ -245,28 +242,33 @@ def _prepared_statement_errors() -> tuple[type[BaseException], ...]:
 PREPARED_STATEMENT_ERRORS = _prepared_statement_errors()
 
 
-def prepare_flag(alias: str) -> bool | None:
-    """``prepare=`` for psycopg: True; None when off (the connection's ``prepare_threshold``,
-    Django's OPTIONS, decides); False where the database refused one."""
-    from ..conf import memory_settings
-
-    if alias in _unprepared:
-        return False
-    return True if memory_settings.PREPARE_STATEMENTS else None
-
-
 #: psycopg ignores ``prepare=True`` on a connection whose ``prepare_threshold`` is None
 #: (Django's default): such a connection gets one no query reaches by count, so only the
 #: statements that ask are prepared and Django's own queries never are.
 ONLY_WHEN_ASKED = 2**62
 
 
-def allow_prepare(psycopg_connection) -> None:
+def prepare_for(alias: str, psycopg_connection) -> bool | None:
+    """``prepare=`` for a hot statement on ``psycopg_connection`` (sync or async): True (the
+    connection made able to); None when off (its ``prepare_threshold``, Django's OPTIONS,
+    decides); False where the database refused one."""
+    from ..conf import memory_settings
+
+    if alias in _unprepared:
+        return False
+    if not memory_settings.PREPARE_STATEMENTS:
+        return None
     if psycopg_connection.prepare_threshold is None:
         psycopg_connection.prepare_threshold = ONLY_WHEN_ASKED
+    return True
 
 
-def stop_preparing(alias: str) -> None:
+def refused(alias: str, prepare: bool | None) -> bool:
+    """After one of ``PREPARED_STATEMENT_ERRORS``: whether it came of our asking to prepare;
+    then this process stops preparing on ``alias`` (said once) and the statement may run
+    again unprepared."""
+    if not prepare:
+        return False
     if alias not in _unprepared:
         _unprepared.add(alias)
         logger.warning(
@@ -275,6 +277,7 @@ def stop_preparing(alias: str) -> None:
             "MEMORY_APP['PREPARE_STATEMENTS'] = False to skip the first try",
             alias,
         )
+    return True
 
 
 def _statement_cursor(connection):
