@@ -118,9 +118,9 @@ def _receivers_run_in_loop() -> bool:
 
 
 # ---- connections: a small pool per event loop and database -------------------------------------
-# Nothing in a pool refers to its loop (no asyncio lock or semaphore binds to it: the slots are
-# counted by hand, each waiter's future is dropped once woken), so a loop that ends is
-# collected, and its pools with it, their idle connections ended (``weakref.finalize``).
+# A loop's idle connections end when it shuts down (``connection_for``). Nothing in a pool
+# refers to its loop (no asyncio lock or semaphore binds to it: the slots are counted by hand,
+# each waiter's future is dropped once woken), so a loop that ends is collected with its pools.
 class _Pool:
     def __init__(self, alias: str, size: int) -> None:
         self.alias = alias
@@ -202,21 +202,42 @@ async def _close(conn) -> None:
         pass
 
 
+class _LoopPools(dict):
+    """One event loop's pools by database alias, and the generator that closes them."""
+
+    closer: Any = None
+
+
 _pools: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def connection_for(alias: str):
+@asynccontextmanager
+async def connection_for(alias: str) -> AsyncIterator[Any]:
     """An ``AsyncConnection`` to ``alias`` (autocommit) from this event loop's pool."""
     loop = asyncio.get_running_loop()
     pools = _pools.get(loop)
     if pools is None:
-        pools = _pools[loop] = {}
-        # A loop that ends (asyncio.run returns) takes its idle connections with it.
+        pools = _pools[loop] = _LoopPools()
+        # A loop that shuts down (asyncio.run does it) closes its async generators: this one
+        # then ends the pools' idle connections while the loop still runs. A loop collected
+        # without shutting down ends them through its finalizer.
+        pools.closer = _close_at_shutdown(pools)
+        await pools.closer.asend(None)  # first step: the loop now tracks it
         weakref.finalize(loop, _close_all, pools)
     pool = pools.get(alias)
     if pool is None:
         pool = pools[alias] = _Pool(alias, memory_settings.ASYNC_CONNECTIONS)
-    return pool.connection()
+    async with pool.connection() as conn:
+        yield conn
+
+
+async def _close_at_shutdown(pools: dict) -> AsyncIterator[None]:
+    try:
+        yield
+    finally:
+        for pool in pools.values():
+            while pool.idle:
+                await _close(pool.idle.pop())
 
 
 def _close_all(pools: dict) -> None:

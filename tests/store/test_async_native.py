@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
 import threading
+import time
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -42,12 +44,9 @@ async def _close_thread_connections():
     await sync_to_async(connections.close_all)()
 
 
-def _backends() -> int:
+def _backends_among(pids: list[int]) -> int:
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-            "AND pid <> pg_backend_pid()"
-        )
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)", [pids])
         return cursor.fetchone()[0]
 
 
@@ -167,18 +166,32 @@ def _waiting_on_a_lock() -> bool:
 
 
 def test_a_loop_that_ends_ends_its_connections(user):
+    from memory_app.store import async_log
+
     memory = Memory.session("pooled", owner=user)
-    before = _backends()
+    pooled = []  # the pools' connections, as each loop leaves them
 
     async def scenario():
         await asyncio.gather(*(memory.aadd({"role": "user", "content": str(i)}) for i in range(6)))
+        loop = asyncio.get_running_loop()
+        pooled.extend(
+            (conn, conn.info.backend_pid)
+            for pool in async_log._pools[loop].values()
+            for conn in pool.idle
+        )
         await _close_thread_connections()
 
     for _ in range(3):
         asyncio.run(scenario())
     gc.collect()
     assert memory.count() == 18
-    assert _backends() <= before  # no connection left behind by the three loops
+    assert pooled and all(conn.closed for conn, _ in pooled)  # none left open by the 3 loops
+    if os.environ.get("DB_TRANSACTION_POOLER") != "1":  # a pooler keeps its server connections
+        pids = [pid for _, pid in pooled]
+        deadline = time.monotonic() + 10
+        while _backends_among(pids) and time.monotonic() < deadline:
+            time.sleep(0.05)  # the server ends a backend moments after its client leaves
+        assert _backends_among(pids) == 0
 
 
 @override_settings(MEMORY_APP={"ASYNC_CONNECTIONS": 0})
