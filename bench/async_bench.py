@@ -41,6 +41,7 @@ from bench.common import (  # noqa: E402
     fmt_ratio,
     libpq_params,
     markdown_table,
+    percentile,
     setup_django,
     sqlalchemy_async_url,
 )
@@ -52,11 +53,6 @@ MESSAGE = {
     "Monday. Can you check where it is and when it should be delivered?",
 }
 RUN = uuid.uuid4().hex[:8]
-
-
-def percentile(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
 # -- the stores ---------------------------------------------------------------------------------
@@ -198,11 +194,9 @@ class Langchain:
 
     @staticmethod
     def to_langchain(message):
-        from langchain_core.messages import AIMessage, HumanMessage
+        from bench.stores import LangchainStore
 
-        return (HumanMessage if message["role"] == "user" else AIMessage)(
-            content=message["content"]
-        )
+        return LangchainStore.to_langchain(message)
 
     async def session(self, key):
         return self.history(key)
@@ -225,13 +219,10 @@ class Langchain:
         await session.aadd_messages([self.to_langchain(m) for m in messages])
 
     async def window(self, session, max_tokens):
-        from bench.stores import client_window
+        from bench.stores import LangchainStore, client_window
 
         messages = await session.aget_messages()  # no limit in its API: the whole session
-        as_openai = [
-            {"role": "user" if m.type == "human" else "assistant", "content": m.content}
-            for m in reversed(messages)
-        ]
+        as_openai = [LangchainStore.to_openai(m) for m in reversed(messages)]
         return client_window(as_openai, max_tokens)
 
     async def stored(self, key):
@@ -279,15 +270,9 @@ class Agents:
         await session.add_items([dict(m) for m in messages])
 
     async def window(self, session, max_tokens):
-        from bench.stores import client_window
+        from bench.stores import agents_window
 
-        limit = 128
-        while True:
-            items = await session.get_items(limit=limit)
-            kept = client_window(list(reversed(items)), max_tokens)
-            if len(kept) < len(items) or len(items) < limit:
-                return kept
-            limit *= 2
+        return await agents_window(session, max_tokens)
 
     async def stored(self, key):
         return [i["content"] for i in await (await self.session(key)).get_items()], None

@@ -111,6 +111,12 @@ def sqlalchemy_async_url(settings_dict: dict, driver: str = "asyncpg") -> str:
 # -- measuring ------------------------------------------------------------------------------
 
 
+def percentile(samples: Sequence[float], q: float) -> float:
+    """The sample at quantile ``q`` (0..1) of ``samples``, nearest rank."""
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
 @dataclass
 class Latency:
     """Latencies of repeated single operations, in seconds."""
@@ -123,8 +129,7 @@ class Latency:
 
     @property
     def p99(self) -> float:
-        ordered = sorted(self.samples)
-        return ordered[min(len(ordered) - 1, int(round(0.99 * (len(ordered) - 1))))]
+        return percentile(self.samples, 0.99)
 
     @property
     def count(self) -> int:

@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import RESULTS, markdown_table, setup_django  # noqa: E402
+from bench.common import RESULTS, markdown_table, percentile, setup_django  # noqa: E402
 
 MESSAGES_PER_SESSION = 100
 SESSIONS_PER_OWNER = 100
@@ -177,11 +177,6 @@ def fill_sessions(cursor, lo: int, hi: int, model: str) -> None:
 
 
 # -- measuring ----------------------------------------------------------------------------------
-
-
-def percentile(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
 def timed(fn, repeat: int) -> list[float]:

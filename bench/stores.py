@@ -456,6 +456,18 @@ class LangchainStore(Store):
 # -- OpenAI Agents SDK ---------------------------------------------------------------------------
 
 
+async def agents_window(session, max_tokens: int) -> list[dict]:
+    """A window from an Agents SDK session: ``get_items(limit)`` reads the newest items; the
+    limit grows until the budget is full."""
+    limit = 128
+    while True:
+        items = await session.get_items(limit=limit)
+        kept = client_window(list(reversed(items)), max_tokens)
+        if len(kept) < len(items) or len(items) < limit:
+            return kept
+        limit *= 2
+
+
 class AgentsStore(Store):
     name = "agents"
     title = "openai-agents SQLAlchemySession (asyncpg)"
@@ -510,18 +522,8 @@ class AgentsStore(Store):
     def last(self, session, n):
         return session.get_items(limit=n)
 
-    async def _window(self, session, max_tokens):
-        # get_items(limit) reads the newest items; grow the limit until the budget is full.
-        limit = 128
-        while True:
-            items = await session.get_items(limit=limit)
-            kept = client_window(list(reversed(items)), max_tokens)
-            if len(kept) < len(items) or len(items) < limit:
-                return kept
-            limit *= 2
-
     def window(self, session, max_tokens):
-        return self._window(session, max_tokens)
+        return agents_window(session, max_tokens)
 
     def count(self, session):
         return len(self.run(session.get_items()))
