@@ -69,6 +69,9 @@ class Session(models.Model):
         blank=True,
         on_delete=models.CASCADE,
         related_name="memory_sessions",
+        # The unique (owner, namespace, key) index starts with the owner and serves every
+        # lookup by owner: an index of its own would only cost each session write one more.
+        db_index=False,
     )
     namespace = models.CharField(
         "namespace", max_length=100, default="default", help_text="The agent's name."
@@ -250,7 +253,11 @@ class Message(models.Model):
 
 class Snapshot(models.Model):
     session = models.ForeignKey(
-        Session, verbose_name="session", on_delete=models.CASCADE, related_name="snapshots"
+        Session,
+        verbose_name="session",
+        on_delete=models.CASCADE,
+        related_name="snapshots",
+        db_index=False,  # the unique (session, version) index serves lookups by session
     )
     version = models.PositiveIntegerField("version", help_text="1, 2, 3... per session.")
     upto = models.BigIntegerField(
@@ -309,8 +316,14 @@ class Embedding(models.Model):
         help_text="The log row; empty once pruning removed it "
         "(recall then reads the fields below).",
     )
+    # The (session, model) and (owner, model) indexes below serve lookups by session and by
+    # owner: indexes of their own would only cost each embedding two more index inserts.
     session = models.ForeignKey(
-        Session, verbose_name="session", on_delete=models.CASCADE, related_name="embeddings"
+        Session,
+        verbose_name="session",
+        on_delete=models.CASCADE,
+        related_name="embeddings",
+        db_index=False,
     )
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL,
@@ -319,6 +332,7 @@ class Embedding(models.Model):
         blank=True,
         on_delete=models.CASCADE,
         related_name="+",
+        db_index=False,
     )
     cursor = models.BigIntegerField("cursor", help_text="The message's cursor in its session.")
     role = models.CharField("role", max_length=16, choices=Role.choices)
@@ -516,6 +530,7 @@ class Item(models.Model):
         on_delete=models.CASCADE,
         related_name="memory_items",
         help_text="Whose item it is; empty for ownerless (service) items.",
+        db_index=False,  # the (owner, namespace, key) index serves lookups by owner
     )
     namespace = models.CharField(
         "namespace",

@@ -90,6 +90,48 @@ def test_no_missing_migrations(db):
     call_command("makemigrations", "memory_app", "--check", "--dry-run", verbosity=0)
 
 
+COVERED_FOREIGN_KEYS = [
+    ("memory_app_session", "owner_id"),
+    ("memory_app_snapshot", "session_id"),
+    ("memory_app_embedding", "session_id"),
+    ("memory_app_embedding", "owner_id"),
+    ("memory_app_item", "owner_id"),
+]
+
+
+def index_shapes(table: str) -> tuple[list[list[str]], list[list[str]]]:
+    """The column lists of the table's indexes, and of its foreign keys."""
+    with connection.cursor() as cursor:
+        found = connection.introspection.get_constraints(cursor, table)
+    indexes = [info["columns"] for info in found.values() if info["index"] or info["unique"]]
+    foreign_keys = [info["columns"] for info in found.values() if info["foreign_key"]]
+    return indexes, foreign_keys
+
+
+def assert_covered_indexes_dropped():
+    for table, column in COVERED_FOREIGN_KEYS:
+        indexes, foreign_keys = index_shapes(table)
+        assert [column] not in indexes, f"{table}.{column} still has an index of its own"
+        assert [column] in foreign_keys, f"{table}.{column} lost its foreign key"
+        # ... and some other index starts with the column, so lookups by it stay indexed.
+        assert any(len(cols) > 1 and cols[0] == column for cols in indexes), (table, column)
+
+
+def test_foreign_keys_have_no_index_a_composite_one_starts_with(db):
+    assert_covered_indexes_dropped()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_covered_indexes_come_back_when_migrating_back():
+    call_command("migrate", "memory_app", "0008", verbosity=0)
+    try:
+        for table, column in COVERED_FOREIGN_KEYS:
+            assert [column] in index_shapes(table)[0], (table, column)
+    finally:
+        call_command("migrate", "memory_app", verbosity=0)
+    assert_covered_indexes_dropped()
+
+
 def test_first_migration_created_the_vector_extension(db):
     with connection.cursor() as cursor:
         cursor.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
