@@ -7,6 +7,7 @@ the tokens of its text, and of each tool call's name and arguments.
 from __future__ import annotations
 
 import json
+import threading
 from functools import lru_cache
 from typing import Any
 
@@ -19,9 +20,20 @@ TOKENS_PER_MESSAGE = 3
 TOKENS_PER_NAME = 1
 
 
-@lru_cache(maxsize=16)
+_encodings: dict[str, Any] = {}
+_encodings_lock = threading.Lock()
+
+
 def get_encoding(name: str):
-    return bpe_openai.get_encoding(name)
+    """The encoding, built once per process: threads that start counting together (a server's
+    first requests) wait for one build instead of each building its own (tens of ms each)."""
+    encoding = _encodings.get(name)
+    if encoding is None:
+        with _encodings_lock:
+            encoding = _encodings.get(name)
+            if encoding is None:
+                encoding = _encodings[name] = bpe_openai.get_encoding(name)
+    return encoding
 
 
 def encoding_name_for_model(model: str | None) -> str:

@@ -333,3 +333,37 @@ def test_a_budget_that_cannot_hold_the_pinned_messages_is_refused(mem):
         mem.window(max_tokens=pinned_tokens)
     assert raised.value.field == "max_tokens" and raised.value.status_code == 400
     assert mem.window(max_tokens=pinned_tokens + 40).budget_tokens <= pinned_tokens + 40
+
+
+def test_threads_that_count_at_once_share_one_encoding(monkeypatch):
+    """A server's first requests count tokens together: one build of the encoding, not one
+    per thread (each build costs tens of milliseconds)."""
+    import threading
+
+    import bpe_openai
+
+    from memory_app import tokens
+
+    builds = []
+    real = bpe_openai.get_encoding
+
+    def counted(name):
+        builds.append(name)
+        return real(name)
+
+    monkeypatch.setattr(tokens, "_encodings", {})
+    monkeypatch.setattr(bpe_openai, "get_encoding", counted)
+    start = threading.Barrier(8)
+    seen = []
+
+    def count():
+        start.wait()
+        seen.append(tokens.get_encoding("o200k_base"))
+
+    threads = [threading.Thread(target=count) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert builds == ["o200k_base"]
+    assert len(seen) == 8 and all(encoding is seen[0] for encoding in seen)
