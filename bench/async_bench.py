@@ -2,14 +2,15 @@
 OpenAI Agents SDK, and against memory_app's own append statement sent from an async driver
 (what a native async path could reach at best).
 
-    python bench/async_bench.py            # 400 single appends, 16 tasks x 25 appends, windows
+    python bench/async_bench.py            # 400 single appends, 5 rounds of 16 tasks x 100 appends
     python bench/async_bench.py --tasks 32
 
 Everything runs in one event loop, as an async agent server would. Workloads:
 
 - one task: single appends one after another (median and p99 latency);
-- N tasks on N sessions at once, 25 appends each (messages per second; every message is then
-  looked for, and memory_app's cursors must be 1..N in every session);
+- N tasks on N sessions at once, 100 appends each, the median of 5 rounds in which the stores
+  take turns (messages per second; every message is then looked for, and memory_app's cursors
+  must be 1..N in every session);
 - ``awindow(max_tokens=8000)`` of a 1,000-message session (median).
 
 Stores: memory_app's async twins (the sync code on a worker thread, ``sync_to_async``);
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import platform
 import statistics
@@ -296,31 +298,31 @@ async def single(store, count: int) -> list[float]:
     return samples
 
 
-async def concurrent(store, tasks: int, per_task: int) -> tuple[float, str]:
-    writers = [await store.writer(f"writer-{i}") for i in range(tasks)]
+async def concurrent(store, tasks: int, per_task: int, prefix: str) -> tuple[float, dict]:
+    """``tasks`` tasks append ``per_task`` messages each, task ``i`` to session
+    ``{prefix}-{i}``, all at once: messages per second, and what the check found."""
+    writers = [await store.writer(f"{prefix}-{i}") for i in range(tasks)]
 
     async def run(index, append):
         for n in range(per_task):
             await append({"role": "user", "content": f"task {index} message {n}"})
 
+    gc.collect()  # a full collection of earlier rounds' garbage does not land in this one
     t0 = time.perf_counter()
     await asyncio.gather(*(run(i, append) for i, (append, _) in enumerate(writers)))
     seconds = time.perf_counter() - t0
     for _, close in writers:
         if close is not None:
             await close()
-    lost = doubled = bad_cursors = 0
+    found = {"lost": 0, "doubled": 0, "gaps": 0}
     for i in range(tasks):
-        contents, cursors = await store.stored(f"writer-{i}")
+        contents, cursors = await store.stored(f"{prefix}-{i}")
         wanted = [f"task {i} message {n}" for n in range(per_task)]
-        lost += sum(1 for w in wanted if w not in contents)
-        doubled += len(contents) - len(set(contents))
+        found["lost"] += sum(1 for w in wanted if w not in contents)
+        found["doubled"] += len(contents) - len(set(contents))
         if cursors is not None and cursors != list(range(1, len(cursors) + 1)):
-            bad_cursors += 1
-    check = f"lost {lost}, doubled {doubled}" + (
-        f", sessions with cursor gaps {bad_cursors}" if bad_cursors else ""
-    )
-    return tasks * per_task / seconds, check
+            found["gaps"] += 1
+    return tasks * per_task / seconds, found
 
 
 async def windows(store, count: int) -> list[float]:
@@ -341,25 +343,49 @@ async def windows(store, count: int) -> list[float]:
 
 
 async def run_all(args, settings_dict) -> list[dict]:
-    results = []
-    for store in (Ours(), NativeStatement(), Langchain(), Agents()):
+    stores = [Ours(), NativeStatement(), Langchain(), Agents()]
+    rows = {store.name: {"name": store.name, "rates": []} for store in stores}
+    for store in stores:
         await store.setup(settings_dict)
-        row = {"name": store.name}
-        samples = await single(store, args.count)
-        row["p50"], row["p99"] = statistics.median(samples), percentile(samples, 0.99)
-        row["rate"], row["check"] = await concurrent(store, args.tasks, 25)
-        if store.window is not None:
-            row["window"] = statistics.median(await windows(store, 30))
-        await store.close()
-        results.append(row)
-        print(row)
-    return results
+    try:
+        for store in stores:
+            row = rows[store.name]
+            samples = await single(store, args.count)
+            row["p50"], row["p99"] = statistics.median(samples), percentile(samples, 0.99)
+            row["load_single"] = os.getloadavg()[0]
+            if store.window is not None:
+                row["window"] = statistics.median(await windows(store, 30))
+        # The concurrent workload: rounds, the stores taking turns in a rotating order.
+        checks = {name: {"lost": 0, "doubled": 0, "gaps": 0} for name in rows}
+        for round_no in range(args.rounds):
+            shift = round_no % len(stores)
+            for store in stores[shift:] + stores[:shift]:
+                rate, found = await concurrent(
+                    store, args.tasks, args.per_task, f"r{round_no}-{uuid.uuid4().hex[:6]}"
+                )
+                rows[store.name]["rates"].append(rate)
+                for key, value in found.items():
+                    checks[store.name][key] += value
+        for name, row in rows.items():
+            row["rate"] = statistics.median(row["rates"])
+            row["load_concurrent"] = os.getloadavg()[0]
+            c = checks[name]
+            row["check"] = f"lost {c['lost']}, doubled {c['doubled']}" + (
+                f", sessions with cursor gaps {c['gaps']}" if c["gaps"] else ""
+            )
+            print(row)
+    finally:
+        for store in stores:
+            await store.close()
+    return list(rows.values())
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--count", type=int, default=400, help="single appends timed")
     parser.add_argument("--tasks", type=int, default=16, help="concurrent tasks")
+    parser.add_argument("--per-task", type=int, default=100, help="appends per task")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds of the concurrent workload")
     args = parser.parse_args()
     load = os.getloadavg()
     started = time.perf_counter()
@@ -377,6 +403,7 @@ def main() -> None:
             "p99 (ms)",
             f"{args.tasks} tasks on {args.tasks} sessions (msg/s)",
             "window 8k, 1,000 messages (ms)",
+            "load average",
         ],
         [
             [
@@ -387,6 +414,7 @@ def main() -> None:
                 f"{r['window'] * 1000:.2f} ({fmt_ratio(r['window'] / langchain['window'])})"
                 if "window" in r
                 else "–",
+                f"{r['load_single']:.1f} / {r['load_concurrent']:.1f}",
             ]
             for r in rows
         ],
@@ -402,12 +430,13 @@ def main() -> None:
 
 Ratios are to langchain-postgres's async history (1.00x; higher is slower).
 
-- One event loop; each of the {args.tasks} tasks appends 25 messages to its own session. memory_app's `aadd` is the native async append (`store/async_log.py`: the rule book in the loop, the append statement on psycopg's `AsyncConnection`, a pool of `ASYNC_CONNECTIONS` per loop); `awindow` still runs the sync code with `sync_to_async`. The native-statement row sends `add()`'s own SQL from `psycopg.AsyncConnection` (a connection per task) with none of memory_app's Python (validation, token counting, the after-append hand-over): the floor of the native path.
+- One event loop; each of the {args.tasks} tasks appends {args.per_task} messages to its own session; the figure is the median of {args.rounds} rounds, the stores taking turns in a rotating order (rounds: {"; ".join(r["name"] + ": " + ", ".join(f"{x:,.0f}" for x in r["rates"]) for r in rows)}). Every message is then looked for, and memory_app's cursors must be 1..N in every session. memory_app's `aadd` is the native async append (`store/async_log.py`: the rule book in the loop, the append statement on psycopg's `AsyncConnection`, a pool of `ASYNC_CONNECTIONS` per loop); `awindow` still runs the sync code with `sync_to_async`. The native-statement row sends `add()`'s own SQL from `psycopg.AsyncConnection` (a connection per task) with none of memory_app's Python (validation, token counting, the after-append hand-over): the floor of the native path.
 - `prepare_threshold=5` in Django's `OPTIONS` (prepared statements, as the peers' drivers use by default).
+- Load average: the 1-minute figure after the single appends and windows / after the concurrent rounds (2 cores).
 - Store-alone settings (no broker, no embedding or summarizing on append); `synchronous_commit=off` for every store, as in `store_bench.py`.
 - Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, PostgreSQL {server}; load average at start {" ".join(f"{x:.1f}" for x in load)}; the run took {time.perf_counter() - started:.0f} s.
 
-Reproduce: `python bench/async_bench.py --count {args.count} --tasks {args.tasks}`
+Reproduce: `python bench/async_bench.py --count {args.count} --tasks {args.tasks} --per-task {args.per_task} --rounds {args.rounds}`
 """
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "async.md").write_text(text)

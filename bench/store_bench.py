@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import inspect
 import json
 import os
 import platform
 import random
+import statistics
 import subprocess
 import sys
 import time
@@ -78,14 +80,22 @@ class Mode:
     batches: int = 15
     reads: int = 150
     windows: int = 100
-    per_writer: int = 25
+    per_writer: int = 100
+    conc_rounds: int = 3
     max_seconds: float = 4.0
 
 
 MODES = {
     "quick": Mode("quick"),
     "full": Mode(
-        "full", single=2000, batches=100, reads=1000, windows=500, per_writer=200, max_seconds=20.0
+        "full",
+        single=2000,
+        batches=100,
+        reads=1000,
+        windows=500,
+        per_writer=200,
+        conc_rounds=5,
+        max_seconds=20.0,
     ),
 }
 
@@ -128,6 +138,9 @@ class Results:
 
     def put(self, workload, store, value):
         self.cells[(workload, store)] = value
+        # The 1-minute load average when the workload's first figure came in (its measurement
+        # just ended), printed beside its row.
+        self.notes.setdefault("loads", {}).setdefault(workload, os.getloadavg()[0])
 
     def get(self, workload, store):
         return self.cells.get((workload, store))
@@ -242,7 +255,14 @@ def run(mode: Mode, stores, results: Results, settings_dict) -> None:
             results.notes.setdefault("window_sizes", {})[f"{s.name}@{size}"] = len(got)
 
     for shared in (True, False):
-        concurrent(writers_only, results, run_id, shared=shared, per_writer=mode.per_writer)
+        concurrent(
+            writers_only,
+            results,
+            run_id,
+            shared=shared,
+            per_writer=mode.per_writer,
+            rounds=mode.conc_rounds,
+        )
 
 
 def single_appends(
@@ -289,50 +309,78 @@ def summarize_check(stores, results: Results, run_id: str, *, count: int) -> Non
 
 
 def concurrent(
-    stores, results: Results, run_id: str, *, shared: bool, per_writer: int, suffix: str = ""
+    stores,
+    results: Results,
+    run_id: str,
+    *,
+    shared: bool,
+    per_writer: int,
+    rounds: int,
+    suffix: str = "",
 ) -> None:
-    """16 writers on one session (``shared``) or on 16; throughput, and a check that nothing
-    was lost or doubled and, for ours, that cursors are exactly 1..N in every session."""
+    """16 writers on one session (``shared``) or on 16: throughput, the median of ``rounds``
+    rounds (the stores take turns, in a rotating order), and a check after every round that
+    nothing was lost or doubled and, for ours, that cursors are exactly 1..N in every session.
+
+    Each turn starts from a collected heap (``gc.collect()``), so that a full collection of
+    what earlier stages left behind does not land in one store's fraction of a second. What of
+    ours' after-append work is still waiting when its last append returns is finished before the
+    next turn, outside the time, so that it does not fall on the next store's turn.
+    """
     from bench.stores import OursStore, concurrent_writes
+    from memory_app.services import background
 
     label = "one" if shared else "many"
     log(
         f"{WRITERS} concurrent writers, {'one session' if shared else f'{WRITERS} sessions'}"
-        f"{suffix.replace('_', ', ')}"
+        f"{suffix.replace('_', ', ')}: {rounds} rounds of {per_writer} appends per writer"
     )
-    for s in stores:
-        if s.name == "ours_default":
-            continue  # the connection options do not change locking: measured once
-        keys = (
-            [f"conc{suffix}-{run_id}-{s.name}"] * WRITERS
-            if shared
-            else [f"conc{suffix}-{run_id}-{s.name}-{i}" for i in range(WRITERS)]
-        )
-        for key in set(keys):
-            resolve(s, s.count(s.session(key)))  # create the sessions before the start
+    writers = [s for s in stores if s.name != "ours_default"]  # options do not change locking
+    rates: dict[str, list[float]] = {s.name: [] for s in writers}
+    lost = dict.fromkeys(rates, 0)
+    extra = dict.fromkeys(rates, 0)
+    cursors_ok = dict.fromkeys(rates, True)
+    for round_no in range(rounds):
+        shift = round_no % len(writers)
+        for s in writers[shift:] + writers[:shift]:
+            prefix = f"conc{suffix}-{run_id}-r{round_no}-{s.name}"
+            keys = [prefix] * WRITERS if shared else [f"{prefix}-{i}" for i in range(WRITERS)]
+            for key in set(keys):
+                resolve(s, s.count(s.session(key)))  # create the sessions before the start
 
-        def message(i, j, _run=run_id):
-            return {"role": "user", "content": f"writer {i} message {j} {_run}", "_tokens": 12}
+            def message(i, j, _prefix=prefix):
+                return {
+                    "role": "user",
+                    "content": f"writer {i} message {j} {_prefix}",
+                    "_tokens": 12,
+                }
 
-        with s.configured() if isinstance(s, OursStore) else contextlib.nullcontext():
-            elapsed = concurrent_writes(s, keys, per_writer, message)
-        results.put(f"conc_{label}{suffix}", s.name, WRITERS * per_writer / elapsed)
-        expected = Counter(
-            message(i, j)["content"] for i in range(WRITERS) for j in range(per_writer)
-        )
-        found: Counter = Counter()
-        cursors_ok = True
-        for key in set(keys):
-            found.update(s.stored_contents(key))
+            gc.collect()
+            with s.configured() if isinstance(s, OursStore) else contextlib.nullcontext():
+                elapsed = concurrent_writes(s, keys, per_writer, message)
             if isinstance(s, OursStore):
-                cursors = s.cursors(key)
-                cursors_ok &= cursors == list(range(1, len(cursors) + 1))
-        lost = sum((expected - found).values())
-        extra = sum((found - expected).values())
+                background.wait_for_deferred()  # its after-append work, before the next turn
+            rates[s.name].append(WRITERS * per_writer / elapsed)
+            expected = Counter(
+                message(i, j)["content"] for i in range(WRITERS) for j in range(per_writer)
+            )
+            found: Counter = Counter()
+            for key in set(keys):
+                found.update(s.stored_contents(key))
+                if isinstance(s, OursStore):
+                    cursors = s.cursors(key)
+                    cursors_ok[s.name] &= cursors == list(range(1, len(cursors) + 1))
+            lost[s.name] += sum((expected - found).values())
+            extra[s.name] += sum((found - expected).values())
+    for s in writers:
+        results.put(f"conc_{label}{suffix}", s.name, statistics.median(rates[s.name]))
+        results.notes.setdefault("conc_rounds", {})[f"conc_{label}{suffix}/{s.name}"] = rates[
+            s.name
+        ]
         results.put(
             f"conc_{label}{suffix}_check",
             s.name,
-            (lost, extra, cursors_ok if isinstance(s, OursStore) else None),
+            (lost[s.name], extra[s.name], cursors_ok[s.name] if isinstance(s, OursStore) else None),
         )
 
 
@@ -347,7 +395,15 @@ def run_durable(mode: Mode, stores, results: Results) -> None:
         max_seconds=mode.max_seconds * 2,
         suffix="_durable",
     )
-    concurrent(stores, results, run_id, shared=True, per_writer=mode.per_writer, suffix="_durable")
+    concurrent(
+        stores,
+        results,
+        run_id,
+        shared=True,
+        per_writer=mode.per_writer,
+        rounds=mode.conc_rounds,
+        suffix="_durable",
+    )
 
 
 def vacuum_analyze(settings_dict) -> None:
@@ -423,7 +479,8 @@ ROWS = [
 
 
 def render(mode: Mode, stores, results: Results, elapsed: float) -> str:
-    header = ["workload"] + [s.title for s in stores]
+    header = ["workload"] + [s.title for s in stores] + ["load average"]
+    loads = results.notes.get("loads", {})
     rows = []
     for key, label, kind in ROWS:
         key = key.format(small=mode.small, big=mode.big)
@@ -448,6 +505,8 @@ def render(mode: Mode, stores, results: Results, elapsed: float) -> str:
                 if cursors_ok is not None:
                     cell += ", cursors 1..N" if cursors_ok else ", CURSOR GAPS"
             row.append(cell)
+        load = loads.get(key)
+        row.append("–" if load is None else f"{load:.1f}")
         rows.append(row)
     ratio_note = (
         "Ratios are to the floor (raw psycopg, one prepared statement): time / floor "
@@ -524,9 +583,18 @@ def render(mode: Mode, stores, results: Results, elapsed: float) -> str:
         "cursors with the session's counters in the same statement; the floor inserts into a "
         "table with no session row and no constraints beyond its keys.",
         "- Concurrency: 16 threads, each with its own connection (the Agents SDK: 16 asyncio "
-        f"tasks on one engine), {mode.per_writer} single appends each; afterwards every "
+        f"tasks on one engine), {mode.per_writer} single appends each; the median of "
+        f"{mode.conc_rounds} rounds, the stores taking turns in a rotating order, each turn "
+        "after a `gc.collect()`; memory_app's after-append work still waiting at the end of "
+        "its turn is finished before the next turn, outside the time. After every round each "
         "message is looked for (lost / doubled) and memory_app's cursors are checked to be "
-        "exactly 1..N in every session.",
+        "exactly 1..N in every session. Rounds (messages/s): "
+        + "; ".join(
+            f"{key.replace('/', ' ')} " + ", ".join(f"{r:,.0f}" for r in rates)
+            for key, rates in results.notes.get("conc_rounds", {}).items()
+        )
+        + ".",
+        "- Load average: the 1-minute figure when the row's measurement ended (2 cores).",
         "- memory_app (Django defaults): Django binds parameters client-side and never prepares "
         "statements (for connection poolers); memory_app binds its hot statements server-side "
         "anyway. `DATABASES[...]['OPTIONS']['prepare_threshold'] = 5` lets PostgreSQL reuse "
