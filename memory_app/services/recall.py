@@ -269,18 +269,19 @@ def apply_hnsw_settings(cursor) -> None:
     )
 
 
+def _owner_scope(session: Session, prefix: str = "") -> Q:
+    """The sessions owner-scope recall searches: the owner's, or for an ownerless session the
+    ownerless ones of its namespace (``prefix`` reaches them from another model)."""
+    if session.owner_id is None:
+        return Q(**{f"{prefix}owner__isnull": True, f"{prefix}namespace": session.namespace})
+    return Q(**{f"{prefix}owner_id": session.owner_id})
+
+
 def _scope_filter(qs, session: Session, scope: str, roles, *, prefix: str = ""):
     if scope == "session":
         qs = qs.filter(**{f"{prefix}session_id": session.pk})
-    elif session.owner_id is None:
-        qs = qs.filter(
-            **{
-                f"{prefix}session__owner__isnull": True,
-                f"{prefix}session__namespace": session.namespace,
-            }
-        )
     else:
-        qs = qs.filter(**{f"{prefix}session__owner_id": session.owner_id})
+        qs = qs.filter(_owner_scope(session, f"{prefix}session__"))
     if roles is not None:
         qs = qs.filter(**{f"{prefix}role__in": list(roles)})
     return qs
@@ -411,11 +412,7 @@ OWNER_SCAN_MAX_MESSAGES = 50_000
 
 def _owner_messages(session: Session, using: str) -> int:
     """Messages stored in the sessions owner-scope recall searches (their live counters)."""
-    scoped = Session.objects.using(using)
-    if session.owner_id is None:
-        scoped = scoped.filter(owner__isnull=True, namespace=session.namespace)
-    else:
-        scoped = scoped.filter(owner_id=session.owner_id)
+    scoped = Session.objects.using(using).filter(_owner_scope(session))
     return scoped.aggregate(total=Sum("message_count"))["total"] or 0
 
 
