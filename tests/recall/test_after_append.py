@@ -257,3 +257,40 @@ def test_memory_embed_picks_up_what_no_job_indexed():
     call_command("memory_embed", "--no-progress", stdout=out, stderr=StringIO())
     assert "1 sessions with messages awaiting indexing" in out.getvalue()
     assert pending(mem) == [] and indexed(mem) == [1, 2, 3, 4]
+
+
+class CountingCondition(threading.Condition):
+    """A condition that counts how often it is taken."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.taken = 0
+
+    def __enter__(self):
+        self.taken += 1
+        return super().__enter__()
+
+
+def test_appends_to_a_session_already_waiting_do_not_take_the_threads_lock(settings):
+    settings.MEMORY_APP = {
+        "AFTER_APPEND": "deferred",
+        "AFTER_APPEND_DELAY_MS": 5000,  # the session waits while the appends below run
+        "IMPORTANCE_THRESHOLD": None,
+    }
+    runner = background._deferred()
+    assert background.wait_for_deferred(timeout=30)
+    counting = CountingCondition()
+    runner.condition, saved = counting, runner.condition
+    try:
+        mem = Memory.session("burst", owner=None)
+        for i in range(20):
+            mem.add({"role": "user", "content": f"fact {i} about irises"})
+        # The first append hands the session over; the 19 after it find it waiting.
+        assert counting.taken == 1
+        assert pending(mem) == list(range(1, 21))
+    finally:
+        runner.condition = saved
+        with counting:
+            counting.notify_all()  # the thread may wait on the counting one: wake it
+    assert background.wait_for_deferred(timeout=30)
+    assert pending(mem) == [] and indexed(mem) == list(range(1, 21))
