@@ -62,6 +62,7 @@ def restore_indexes(apps, schema_editor):
         model = apps.get_model("memory_app", model_name)
         field = model._meta.get_field(field_name)
         if not _single_column_indexes(schema_editor, model, field.column):
+            # The statement Django wrote for the foreign key's index: the same name back.
             schema_editor.execute(schema_editor._create_index_sql(model, fields=[field]))
 
 
