@@ -436,14 +436,16 @@ def plot(rows: list[dict]) -> None:
         return
     x = [r["messages"] for r in rows]
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for key, label in (
-        ("append_p50", "append p50"),
-        ("window_p50", "window 8k p50"),
-        ("recall_p50", "owner recall p50"),
-        ("recall_p95", "owner recall p95"),
+    for key, label, style in (
+        ("append_p50", "append p50", "-"),
+        ("window_p50", "window 8k p50", "-"),
+        ("recall_p50", "owner recall p50", "-"),
+        ("recall_p95", "owner recall p95", "-"),
+        ("window_warm_p50", "window 8k p50, warm", "--"),
+        ("recall_warm_p50", "owner recall p50, warm", "--"),
     ):
-        left.plot(x, [r[key] for r in rows], marker="o", label=label)
-    left.set_title("Agent calls")
+        left.plot(x, [r[key] for r in rows], marker="o", linestyle=style, label=label)
+    left.set_title("Agent calls (solid: sessions untouched since the fill)")
     for key, label in (
         ("admin_list", "session list"),
         ("admin_list_deep", "session list, page 200"),

@@ -1,6 +1,6 @@
 """Store benchmark: this app's adapter side by side with the alternatives and the floor.
 
-    python bench/store_bench.py --quick      # about two minutes
+    python bench/store_bench.py --quick      # about six minutes
     python bench/store_bench.py              # the full run
 
 Everything is measured in one run, on one PostgreSQL server (the project's: ``DATABASE_URL``
@@ -518,6 +518,7 @@ def render(mode: Mode, stores, results: Results, elapsed: float) -> str:
         ("append_median", "single append", "ms"),
         ("batch_rate", "batch of 100", "rate"),
         ("conc_one", "16 writers on one session", "rate"),
+        ("conc_many", "16 writers on 16 sessions", "rate"),
         ("append_median_durable", "single append, durable", "ms"),
     ):
         lc = results.get(key, "langchain")
@@ -617,7 +618,7 @@ def render(mode: Mode, stores, results: Results, elapsed: float) -> str:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="smaller counts (about two minutes)")
+    parser.add_argument("--quick", action="store_true", help="smaller counts (about six minutes)")
     parser.add_argument("--fresh", action="store_true", help="drop and recreate the bench database")
     parser.add_argument("--big", type=int, help="size of the big read session (default 100000)")
     parser.add_argument(
