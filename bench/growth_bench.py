@@ -133,9 +133,9 @@ def fill(start_messages: int, end_messages: int, model: str) -> None:
         ensure_hnsw_index(model, DIMENSIONS)
         cursor.execute("RESET maintenance_work_mem")
         cursor.execute("VACUUM ANALYZE")
-        # Write the fill's pages out now: otherwise the checkpoint that follows a fill of
-        # gigabytes shares the disk with the measurements (the first 10M run measured window
-        # 8.4 ms and owner recall 48.5 ms while it ran; 1.9 and 15.2 ms minutes later).
+        # Write the fill's pages out now, so that the checkpoint after a fill of gigabytes
+        # does not share the disk with the measurements. (It was not why the first reads at
+        # 10M were slow: with it they still are; the cold/warm passes in measure() show why.)
         try:
             cursor.execute("CHECKPOINT")
         except DatabaseError:  # not a superuser (nor pg_checkpoint) on this server

@@ -271,7 +271,8 @@ def apply_hnsw_settings(cursor) -> None:
 
 def _owner_scope(session: Session, prefix: str = "") -> Q:
     """The sessions owner-scope recall searches: the owner's, or for an ownerless session the
-    ownerless ones of its namespace (``prefix`` reaches them from another model)."""
+    ownerless ones of its namespace (``prefix`` reaches them from another model). The ORM form
+    of ``_owner_clause``, which the raw-SQL rankings use."""
     if session.owner_id is None:
         return Q(**{f"{prefix}owner__isnull": True, f"{prefix}namespace": session.namespace})
     return Q(**{f"{prefix}owner_id": session.owner_id})
