@@ -76,9 +76,8 @@ def run_embedding(session_id, *, cursors: list[int] | None = None, reembed: bool
 def run_after_append(session_id) -> int:
     """The after-append job: index the session's new messages for recall, then check the
     summarize threshold and whether a batch waits for memory extraction. Returns how many
-    messages were indexed (0 if the session is gone)."""
-    if not Session.objects.filter(pk=session_id).exists():
-        return 0
+    messages were indexed (0 if the session is gone: its messages went with it, and the checks
+    find no session row)."""
     indexed = indexing.index_new_messages(session_id)
     summarize_if_needed(session_id)
     extract_if_needed(session_id)

@@ -5,7 +5,9 @@ default). ``index_new_messages()`` is the one job that catches up with a session
 pending messages recall wants vectors of (all of them with ``EMBED_ON_APPEND``, the remembered
 ones otherwise, less what ``SHOULD_RECALL`` declines), in batches of ``EMBED_BATCH_SIZE`` (one
 embedder call per batch, not per message), then fills their full-text vectors and clears the
-mark in one UPDATE, and last checks the summarize threshold. ``services.background`` runs it (a
+mark in one UPDATE, and last checks the summarize threshold. Messages that want no vector (not
+remembered, ``EMBED_ON_APPEND`` off) get theirs in a single statement on PostgreSQL, with no
+look-up first. ``services.background`` runs it (a
 Celery task, or in this process with no broker) at most once per session at a time; the sweeps
 find the sessions whose job never ran.
 
@@ -26,6 +28,10 @@ from . import embedding
 
 logger = logging.getLogger(__name__)
 
+#: Messages given full-text vectors per statement when none of them wants an embedding (no
+#: embedder call to size a batch for: only the length of one transaction).
+PLAIN_BATCH = 1000
+
 
 def index_new_messages(session_id) -> int:
     """Index the session's pending messages for recall; returns how many were indexed.
@@ -36,6 +42,16 @@ def index_new_messages(session_id) -> int:
     batch_size = int(memory_settings.EMBED_BATCH_SIZE)
     embed_all = memory_settings.EMBED_ON_APPEND
     done = 0
+    if not embed_all:
+        # Only remembered messages want vectors: the others are done in one statement each
+        # batch, and the loop below is left with the remembered ones, if any.
+        while (result := pending.index_without_vectors(session_id, PLAIN_BATCH)) is not None:
+            indexed, remembered_waiting = result
+            done += indexed
+            if indexed < PLAIN_BATCH:
+                if not remembered_waiting:
+                    return done
+                break
     while True:
         rows = pending.pending_index(session_id, batch_size)
         if not rows:

@@ -44,6 +44,37 @@ def mark_indexed(session_id, cursors: Sequence[int]) -> int:
         return cursor.rowcount
 
 
+def index_without_vectors(session_id, limit: int) -> tuple[int, bool] | None:
+    """Clear the mark of up to ``limit`` of the session's pending messages that want no vector
+    (``remember`` unset: what an append leaves when ``EMBED_ON_APPEND`` is off) and fill their
+    full-text vectors, in one statement. Returns ``(how many, whether remembered messages
+    still wait)``, or ``None`` off PostgreSQL (where ``pending_index`` and ``mark_indexed`` do
+    it). The after-append job runs after nearly every burst of appends: one round trip instead
+    of a look-up and an UPDATE keeps its Python short on the thread it shares with the caller's.
+    """
+    connection = connections[router.db_for_write(Message)]
+    if connection.vendor != "postgresql":
+        return None
+    table = connection.ops.quote_name(Message._meta.db_table)
+    # The partial index on pending messages serves both the sub-select and the EXISTS; the
+    # EXISTS reads the snapshot before the UPDATE, which leaves remembered rows alone anyway.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"WITH indexed AS ("
+            f" UPDATE {table} SET index_pending = false,"
+            f"   search_vector = COALESCE(search_vector, to_tsvector(%s::regconfig, content))"
+            f"  WHERE session_id = %s AND index_pending AND NOT remember AND seq IN ("
+            f"   SELECT seq FROM {table} WHERE session_id = %s AND index_pending AND NOT remember"
+            f"    ORDER BY seq LIMIT %s)"
+            f" RETURNING 1)"
+            f" SELECT (SELECT count(*) FROM indexed), EXISTS ("
+            f"  SELECT 1 FROM {table} WHERE session_id = %s AND index_pending AND remember)",
+            [FULLTEXT_CONFIG, session_id, session_id, limit, session_id],
+        )
+        done, remembered_waiting = cursor.fetchone()
+    return done, remembered_waiting
+
+
 def sessions_pending_index(session_ids: Sequence | None = None) -> list:
     """Sessions (of ``session_ids``, when given) with messages still marked ``index_pending``:
     what ``memory_embed`` catches up with when an after-append job never ran (a crash between

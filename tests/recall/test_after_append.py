@@ -294,3 +294,45 @@ def test_appends_to_a_session_already_waiting_do_not_take_the_threads_lock(setti
             counting.notify_all()  # the thread may wait on the counting one: wake it
     assert background.wait_for_deferred(timeout=30)
     assert pending(mem) == [] and indexed(mem) == list(range(1, 21))
+
+
+def test_messages_that_want_no_vector_are_indexed_in_one_statement(settings, monkeypatch):
+    """Without ``EMBED_ON_APPEND`` only remembered messages are embedded: the others get their
+    full-text vectors and lose the mark in one statement per batch, with no look-up first, and
+    the remembered ones still go through the embedder."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from memory_app.services import indexing
+
+    settings.MEMORY_APP = {
+        "AFTER_APPEND": "immediate",
+        "EMBED_ON_APPEND": False,
+        "IMPORTANCE_THRESHOLD": None,
+        "SUMMARIZE_THRESHOLD_TOKENS": None,
+        "EMBEDDER": "tests.recall.test_after_append.ThreadRecordingEmbedder",
+    }
+    mem = Memory.session("plain-then-remembered", owner=None)
+    with monkeypatch.context() as patch:
+        patch.setattr(background, "schedule_after_append", lambda session_id: None)
+        for i in range(5):
+            mem.add({"role": "user", "content": f"note {i} about tulips"})
+    assert pending(mem) == [1, 2, 3, 4, 5]
+    with CaptureQueriesContext(connection) as queries:
+        assert background.run_after_append(mem.id) == 5
+    assert len(queries) == 1, [q["sql"] for q in queries]
+    assert pending(mem) == []
+    assert Message.objects.filter(session_id=mem.id, search_vector__isnull=True).count() == 0
+    assert not Embedding.objects.filter(session_id=mem.id).exists()
+
+    # Batches smaller than the backlog, and remembered messages among plain ones.
+    monkeypatch.setattr(indexing, "PLAIN_BATCH", 2)
+    with monkeypatch.context() as patch:
+        patch.setattr(background, "schedule_after_append", lambda session_id: None)
+        for i in range(5, 10):
+            mem.add({"role": "user", "content": f"note {i} about tulips", "remember": i == 7})
+    assert pending(mem) == [6, 7, 8, 9, 10]
+    assert background.run_after_append(mem.id) == 5
+    assert pending(mem) == []
+    assert Message.objects.filter(session_id=mem.id, search_vector__isnull=True).count() == 0
+    assert list(Embedding.objects.filter(session_id=mem.id).values_list("cursor", flat=True)) == [8]
