@@ -409,8 +409,6 @@ class _DeferredRunner:
         while True:
             with self.condition:
                 if not self.queue:
-                    connection.close()
-                    self.condition.notify_all()
                     self.condition.wait_for(lambda: self.queue)
                 # Let appends gather: sessions handed over meanwhile are handled once each.
                 deadline = self.since + float(memory_settings.AFTER_APPEND_DELAY_MS) / 1000
@@ -426,6 +424,10 @@ class _DeferredRunner:
             finally:
                 with self.condition:
                     self.running -= 1
+                    if not self.queue:
+                        # Closed before drain() returns: a drained runner holds no connection
+                        # (a test database dropped next, a process about to exit).
+                        connection.close()
                     self.condition.notify_all()
 
 

@@ -83,7 +83,8 @@ def _called_from_sync_code() -> bool:
 async def _write(alias, session_id, messages, tokens, owner) -> list[StoredMessage]:
     messages = [encrypt_row(m) for m in messages]
     sql, params = log.append_statement(session_id, messages, tokens, owner)
-    async with connection_for(alias) as conn, conn.cursor(binary=True) as cursor:
+    async with connection_for(alias) as conn:
+        cursor = _statement_cursor(conn)
         with connections[alias].wrap_database_errors:  # psycopg's errors as Django's
             prepare = prepare_for(alias, conn)
             try:
@@ -97,11 +98,21 @@ async def _write(alias, session_id, messages, tokens, owner) -> list[StoredMessa
     written = [decrypt_row(m) for m in written]
     if _receivers_run_in_loop():
         log.announce(session_id, written, tokens_since, committed=True)
-    else:  # a receiver may use the ORM: not in the event loop
-        await sync_to_async(log.announce, thread_sensitive=False)(
-            session_id, written, tokens_since, committed=True
-        )
+    else:  # a receiver may use the ORM: not in the event loop, but on the thread Django's
+        # own async ORM calls use, whose connection is closed as theirs is (a pool thread's
+        # would stay open, unseen, until the thread's end)
+        await sync_to_async(log.announce)(session_id, written, tokens_since, committed=True)
     return written
+
+
+def _statement_cursor(conn):
+    """The binary cursor kept on a pooled connection (one task uses a connection at a time):
+    a fresh cursor per append would start with empty dumper and loader caches, as the sync
+    path's ``statements._statement_cursor`` explains."""
+    cursor = getattr(conn, "_memory_app_cursor", None)
+    if cursor is None or cursor.closed:
+        cursor = conn._memory_app_cursor = conn.cursor(binary=True)
+    return cursor
 
 
 def _receivers_run_in_loop() -> bool:

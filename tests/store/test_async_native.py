@@ -194,6 +194,37 @@ def test_a_loop_that_ends_ends_its_connections(user):
         assert _backends_among(pids) == 0
 
 
+def test_receivers_that_use_the_orm_run_on_djangos_async_orm_thread(no_sync_append, user):
+    """A receiver of ``messages_appended`` that may use the ORM runs off the event loop, on the
+    thread Django's own async ORM calls use: its connection is closed as theirs is, not left
+    open on a pool thread of the loop."""
+    from memory_app.signals import messages_appended
+
+    seen = []
+
+    def receiver(sender, session_id, messages, **kwargs):
+        seen.append(
+            (threading.current_thread(), Message.objects.filter(session_id=session_id).count())
+        )
+
+    messages_appended.connect(receiver, weak=False, dispatch_uid="test-orm-receiver")
+    try:
+
+        async def scenario():
+            memory = await Memory.asession("announced", owner=user)
+            await memory.aadd({"role": "user", "content": "one"})
+            await memory.aadd({"role": "user", "content": "two"})
+            orm_thread = await sync_to_async(threading.current_thread)()
+            await _close_thread_connections()
+            return orm_thread
+
+        orm_thread = asyncio.run(scenario())
+    finally:
+        messages_appended.disconnect(dispatch_uid="test-orm-receiver")
+    assert [count for _, count in seen] == [1, 2]
+    assert all(thread is orm_thread for thread, _ in seen)
+
+
 @override_settings(MEMORY_APP={"ASYNC_CONNECTIONS": 0})
 def test_async_connections_zero_runs_the_sync_path(user, monkeypatch):
     calls = []
@@ -207,3 +238,66 @@ def test_async_connections_zero_runs_the_sync_path(user, monkeypatch):
 
     asyncio.run(scenario())
     assert len(calls) == 1 and memory.count() == 1
+
+
+def test_a_pooled_connection_keeps_its_cursor(no_sync_append, user):
+    """Consecutive appends on one pooled connection share its binary cursor: its dumper and
+    loader caches stay warm."""
+    from memory_app.store import async_log
+
+    async def scenario():
+        memory = await Memory.asession("one-cursor", owner=user)
+        await memory.aadd({"role": "user", "content": "message 0"})
+        (pool,) = async_log._pools[asyncio.get_running_loop()].values()
+        (first,) = pool.idle
+        kept = first._memory_app_cursor
+        for i in range(1, 5):
+            await memory.aadd({"role": "user", "content": f"message {i}"})
+            assert pool.idle == [first] and first._memory_app_cursor is kept
+        await _close_thread_connections()
+
+    asyncio.run(scenario())
+    stored = Memory.session("one-cursor", owner=user).messages()
+    assert [m.cursor for m in stored] == list(range(1, 6))
+
+
+@pytest.mark.skipif(
+    os.environ.get("DB_TRANSACTION_POOLER") == "1",
+    reason="a pooler keeps its client's connection when the server ends the backend behind it",
+)
+def test_a_connection_the_server_ended_is_dropped_with_its_cursor(no_sync_append, user):
+    """The append on it fails, the pool lets it go, and the next append gets a fresh connection
+    and cursor and is stored after the ones before."""
+    from django.db import OperationalError
+
+    from memory_app.store import async_log
+
+    async def scenario():
+        memory = await Memory.asession("ended", owner=user)
+        await memory.aadd({"role": "user", "content": "before"})
+        (pool,) = async_log._pools[asyncio.get_running_loop()].values()
+        (first,) = pool.idle
+        kept = first._memory_app_cursor
+
+        # The server ends that backend (a restart, an idle timeout, an administrator).
+        await sync_to_async(_terminate_backend)(first.info.backend_pid)
+        with pytest.raises(OperationalError):
+            await memory.aadd({"role": "user", "content": "lost with its connection"})
+        assert first.closed and not pool.idle
+
+        await memory.aadd({"role": "user", "content": "after the failure"})
+        (second,) = pool.idle
+        assert second is not first and second._memory_app_cursor is not kept
+        await _close_thread_connections()
+
+    asyncio.run(scenario())
+    stored = Memory.session("ended", owner=user).messages()
+    assert [(m.cursor, m.content) for m in stored] == [(1, "before"), (2, "after the failure")]
+
+
+def _terminate_backend(pid: int) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+    deadline = time.monotonic() + 5
+    while _backends_among([pid]) and time.monotonic() < deadline:
+        time.sleep(0.01)
