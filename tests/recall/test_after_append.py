@@ -106,6 +106,30 @@ def test_what_gathers_is_handled_when_the_delay_is_up(settings):
     assert indexed(mem) == [1]
 
 
+def test_a_drained_background_thread_holds_no_connection(settings):
+    """Once ``wait_for_deferred`` returns, the thread has closed its database connection: a
+    test database dropped next, or a process about to exit, finds nobody still on it."""
+    from django.db.backends.signals import connection_created
+
+    settings.MEMORY_APP = {"AFTER_APPEND": "deferred", "IMPORTANCE_THRESHOLD": None}
+    opened = []
+
+    def note(sender, connection, **kwargs):
+        if threading.current_thread().name == "memory_app-after-append":
+            opened.append(connection)
+
+    connection_created.connect(note, weak=False, dispatch_uid="test-runner-connection")
+    try:
+        mem = Memory.session("drained", owner=None)
+        for round_ in range(20):
+            mem.add({"role": "user", "content": f"round {round_}"})
+            assert background.wait_for_deferred(timeout=30)
+            assert opened and all(wrapper.connection is None for wrapper in opened), round_
+    finally:
+        connection_created.disconnect(dispatch_uid="test-runner-connection")
+    assert pending(mem) == []
+
+
 def test_bad_after_append_settings_fail_the_system_checks(settings):
     from django.core.checks import run_checks
 
