@@ -2,6 +2,7 @@
 
     python bench/append_cost.py              # 3,000 appends each, about a minute
     python bench/append_cost.py --count 10000
+    python bench/append_cost.py --words 750  # long messages (the token count grows with them)
 
 One process, one database (``bench``, as ``store_bench.py``), ``synchronous_commit=off``, the
 same messages; the variants take turns ten appends at a time so load from elsewhere falls on
@@ -114,13 +115,18 @@ def variants(settings_dict: dict) -> dict:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--count", type=int, default=3000, help="appends per variant")
+    parser.add_argument(
+        "--words",
+        type=int,
+        help="every message this many words long (default: 4-120 words, about 60 tokens)",
+    )
     args = parser.parse_args(argv)
     os.environ.setdefault("DJANGO_DEBUG", "0")  # DEBUG keeps a log of every query
     began = time.perf_counter()
     load = " ".join(f"{x:.1f}" for x in os.getloadavg())
     settings_dict = setup_django(memory_app=STORE_ONLY)
     appenders = variants(settings_dict)
-    pool = with_tokens(make_messages(512, seed=7, system=False))
+    pool = with_tokens(make_messages(512, seed=7, system=False, words=args.words))
     samples: dict[str, list[float]] = {name: [] for name in appenders}
     sent = 0
     for turn in range(-1, args.count // 10):  # turn -1 warms up (prepared plans, caches)
@@ -153,6 +159,8 @@ def main(argv=None) -> None:
     )
     ours = latencies["memory_app (store alone)"].median
     database = latencies["our statement, raw psycopg"].median
+    words = f"{args.words} words" if args.words else "4-120 words (about 60 tokens)"
+    reproduce = f" --words {args.words}" if args.words else ""
     text = (
         "# Where a single append's time goes\n\n"
         f"{table}\n\n"
@@ -163,9 +171,9 @@ def main(argv=None) -> None:
         "and the full-text job that the background thread runs meanwhile.\n\n"
         f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python "
         f"{platform.python_version()}; load average at start {load}; {args.count:,} appends "
-        f"per variant, taking turns ten at a time; the run took "
+        f"per variant, taking turns ten at a time; messages of {words}; the run took "
         f"{time.perf_counter() - began:.0f} s.\n\n"
-        "Reproduce: `python bench/append_cost.py`\n"
+        f"Reproduce: `python bench/append_cost.py{reproduce}`\n"
     )
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "append_cost.md").write_text(text)

@@ -100,18 +100,20 @@ MODES = {
 }
 
 
-def make_messages(count: int, seed: int, *, system: bool = True) -> list[dict]:
+def make_messages(
+    count: int, seed: int, *, system: bool = True, words: int | None = None
+) -> list[dict]:
     """``count`` chat messages, the same for a given seed: a system prompt, then user and
-    assistant turns of varied length (about 60 tokens on average)."""
+    assistant turns of varied length (about 60 tokens on average), or of ``words`` words each."""
     rng = random.Random(seed)
     messages = []
     if system:
         messages.append({"role": "system", "content": "You are a helpful support agent. Be brief."})
     while len(messages) < count:
         role = "user" if len(messages) % 2 else "assistant"
-        words = rng.randint(4, 50) if role == "user" else rng.randint(20, 120)
+        length = words or (rng.randint(4, 50) if role == "user" else rng.randint(20, 120))
         messages.append(
-            {"role": role, "content": " ".join(rng.choice(WORDS) for _ in range(words))}
+            {"role": role, "content": " ".join(rng.choice(WORDS) for _ in range(length))}
         )
     return messages[:count]
 
