@@ -50,42 +50,98 @@ class KeywordImportanceScorer:
         (r"\bi(?: a|')m allergic\b|\ballerg(?:y|ies|ic)\b", 1.0),
         (r"\bmy (?:birthday|email|address|phone|wife|husband|partner|son|daughter)\b", 0.6),
         (r"\bi (?:always|never)\b", 0.5),
-        (r"(?<!\bi )\b(?:always|never)\b", 0.3),
+        (r"(?<!\bi )\balways\b|(?<!\bi )\bnever\b", 0.3),
         (r"\bprefer(?:s|red|ence|ences)?\b", 0.5),
         (r"\bi (?:like|love|hate|dislike|can'?t stand)\b", 0.3),
         (r"\bfrom now on\b|\bgoing forward\b|\bin (?:the )?future\b", 0.5),
         (r"\bimportant\b|\bkeep in mind\b|\bnote that\b", 0.4),
     )
-    #: Substrings one of which each of the PATTERNS needs: a message with none of them (most)
-    #: skips the regular expressions (about 40 µs a message). Custom patterns have no hints.
-    HINTS: tuple[str, ...] = (
-        "remember", "forget", "name", "call me", "allerg", "birthday", "email", "address",
-        "phone", "wife", "husband", "partner", "son", "daughter", "always", "never", "prefer",
-        "like", "love", "hate", "stand", "now on", "forward", "future", "important", "mind",
-        "note that",
-    )  # fmt: skip
 
     def __init__(
         self, patterns: list[tuple[str, float]] | None = None, roles: tuple[str, ...] = ("user",)
     ) -> None:
         self.roles = tuple(roles)
-        self._patterns = [
-            (re.compile(p, re.IGNORECASE), float(w)) for p, w in (patterns or self.PATTERNS)
-        ]
-        self._hints = None if patterns else self.HINTS
+        pairs = list(patterns or self.PATTERNS)
+        # Lowercase patterns (the built-in ones) are matched against the lowercased text without
+        # IGNORECASE, which lets re jump to a literal instead of trying every position.
+        self._fold = all(p == p.lower() and "(?-" not in p for p, _ in pairs)
+        flags = 0 if self._fold else re.IGNORECASE
+        self._patterns = [(re.compile(p, flags), float(w), _leads(p, flags)) for p, w in pairs]
 
     def explain(self, message: StoredMessage) -> list[tuple[str, float]]:
         """The patterns that matched and their weights."""
         if message.role not in self.roles or not message.content:
             return []
-        if self._hints is not None:
-            text = message.content.lower()
-            if not any(hint in text for hint in self._hints):
-                return []
-        return [(p.pattern, w) for p, w in self._patterns if p.search(message.content)]
+        text = message.content.lower() if self._fold else message.content
+        return [
+            (pattern.pattern, weight)
+            for pattern, weight, leads in self._patterns
+            if any(_matches_from(pattern, lead, text) for lead in leads)
+        ]
 
     def score(self, message: StoredMessage) -> float:
         return min(1.0, sum(w for _, w in self.explain(message)))
+
+
+# A \b or a lookbehind (without groups inside) at the start of an alternative.
+_LEADING_ASSERTION = re.compile(r"\\b|\(\?<[!=](?:[^()\\]|\\.)*\)")
+
+
+def _alternatives(pattern: str) -> list[str]:
+    """The top-level alternatives of a regular expression (split at ``|`` outside groups and
+    character classes)."""
+    parts, depth, start, i, in_class = [], 0, 0, 0, False
+    while i < len(pattern):
+        char = pattern[i]
+        if char == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = char != "]"
+        elif char == "[":
+            in_class = True
+            # A "]" right after "[" or "[^" is a literal, not the end of the class.
+            i += 2 if pattern.startswith("^]", i + 1) else int(pattern.startswith("]", i + 1))
+        elif char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        elif char == "|" and depth == 0:
+            parts.append(pattern[start:i])
+            start = i + 1
+        i += 1
+    parts.append(pattern[start:])
+    return parts
+
+
+def _leads(pattern: str, flags: int) -> list[re.Pattern]:
+    """Expressions that match wherever ``pattern`` can start a match: its alternatives, each
+    without the leading ``\\b`` or lookbehind that keeps re from jumping to the literal after
+    it (on a 750-word message, about 50 µs for the built-in list instead of 800). They may
+    match more places, never fewer; ``_matches_from`` checks each with the pattern itself. A
+    pattern with capturing groups (whose numbers would shift) is its own lead."""
+    compiled = re.compile(pattern, flags)
+    if compiled.groups:
+        return [compiled]
+    leads = []
+    for alternative in _alternatives(pattern):
+        while match := _LEADING_ASSERTION.match(alternative):
+            alternative = alternative[match.end() :]
+        try:
+            leads.append(re.compile(alternative, flags))
+        except re.error:  # e.g. inline global flags, valid only at the very start
+            return [compiled]
+    return leads
+
+
+def _matches_from(pattern: re.Pattern, lead: re.Pattern, text: str) -> bool:
+    """Whether ``pattern`` matches ``text`` at a place where ``lead`` does."""
+    position = 0
+    while (hit := lead.search(text, position)) is not None:
+        if pattern.match(text, hit.start()):  # \b and lookbehinds see the text before it
+            return True
+        position = hit.start() + 1
+    return False
 
 
 _ACKNOWLEDGEMENTS = frozenset(

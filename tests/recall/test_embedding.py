@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.db import transaction
 from hypothesis import given
@@ -173,15 +175,42 @@ PHRASES = [
     "my birthday", "my email", "My Husband", "I always", "never", "prefers", "I like",
     "I can't stand", "from now on", "going forward", "in the future", "important",
     "keep in mind", "note that", "recall", "person", "weather", "Tuesday", "ok",
+    "misremember", "i", "I", "ALWAYS", "Never", "in", "my", "x", "_",
 ]  # fmt: skip
+WORDS = st.lists(st.sampled_from(PHRASES) | st.text(max_size=8), max_size=8)
+SEPARATORS = st.sampled_from([" ", "", ", ", "\n", "-", "'", "_"])
 
 
-@given(st.lists(st.sampled_from(PHRASES) | st.text(max_size=8), max_size=6))
-def test_the_scorers_hints_never_skip_a_matching_message(words):
-    # The default scorer skips its expressions for texts holding none of its hints; the same
-    # patterns without hints must score every text alike.
-    text = " ".join(words)
+def plainly(patterns, text: str) -> list[tuple[str, float]]:
+    """What each pattern finds searched the plain way: the reference the scorer must equal."""
+    return [(p, float(w)) for p, w in patterns if re.search(p, text, re.IGNORECASE)]
+
+
+@given(WORDS, SEPARATORS)
+def test_the_scorer_finds_what_a_plain_search_finds(words, separator):
+    # The scorer searches from each pattern's literal (on the lowercased text), and checks the
+    # leading \b and lookbehinds after: what it finds must be what a plain search finds.
+    text = separator.join(words)
     message = StoredMessage(cursor=1, role="user", content=text)
-    hinted = KeywordImportanceScorer()
-    unhinted = KeywordImportanceScorer(patterns=list(KeywordImportanceScorer.PATTERNS))
-    assert hinted.explain(message) == unhinted.explain(message)
+    scorer = KeywordImportanceScorer()
+    assert scorer.explain(message) == plainly(KeywordImportanceScorer.PATTERNS, text)
+
+
+CUSTOM = [
+    (r"\bNASA\b", 1.0),  # upper case: searched without lowercasing, IGNORECASE
+    (r"\b(ab)c\1", 0.5),  # a capturing group: searched as it is
+    (r"(?i)\bzeta\b|\beta\b", 0.5),  # inline global flags: searched as it is
+    (r"(?<![a-z])x+y|[]|]z", 0.2),  # a lookbehind, and a class holding "]" and "|"
+    (r"\Bnot\W", 0.2),
+]
+
+
+@given(st.lists(st.sampled_from(["nasa", "NASA", "abcab", "xabcab", "Zeta", "beta", "eta",
+                                 "xxy", "axy", "]z", "|z", "knot!", "not!", "q"]), max_size=6),
+       SEPARATORS)  # fmt: skip
+def test_custom_patterns_find_what_a_plain_search_finds(words, separator):
+    text = separator.join(words)
+    message = StoredMessage(cursor=1, role="user", content=text)
+    assert KeywordImportanceScorer(patterns=CUSTOM).explain(message) == plainly(CUSTOM, text)
+    lowercase = [(p, w) for p, w in CUSTOM if p == p.lower()]
+    assert KeywordImportanceScorer(patterns=lowercase).explain(message) == plainly(lowercase, text)
