@@ -3,6 +3,7 @@
     python bench/append_cost.py              # 3,000 appends each, about a minute
     python bench/append_cost.py --count 10000
     python bench/append_cost.py --words 750  # long messages (the token count grows with them)
+    python bench/append_cost.py --text conversation --words 250  # real conversation text
 
 One process, one database (``bench``, as ``store_bench.py``), ``synchronous_commit=off``, the
 same messages; the variants take turns ten appends at a time so load from elsewhere falls on
@@ -13,15 +14,22 @@ all of them alike:
   counters bumped, the message inserted) sent by psycopg with no Python of ours around it:
   what the database costs for our rules;
 - *langchain-postgres*: ``PostgresChatMessageHistory.add_messages`` (``LangchainStore``);
-- *memory_app*: ``SessionMemory.add`` as the store alone (validation, token counting, the
-  statement, the after-append hand-over).
+- *memory_app (store alone)*: ``SessionMemory.add`` with the store benchmark's settings
+  (validation, token counting, the statement, the after-append hand-over);
+- *memory_app (production path)*: the same call with the default ``MEMORY_APP`` and a Redis
+  broker (importance scoring of user messages, the after-append job sent to the broker).
 
-Writes ``bench/results/append_cost.md``.
+``--text conversation`` takes the words from real conversations instead of the benchmark's
+support-chat vocabulary, which holds none of the phrases the importance scorer looks for.
+
+Writes ``bench/results/append_cost.md`` (``append_cost-text-conversation-words-250.md`` and
+so on with options).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import os
 import platform
@@ -29,6 +37,8 @@ import sys
 import time
 import uuid
 from pathlib import Path
+
+import redis
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -43,10 +53,12 @@ from bench.common import (  # noqa: E402
     setup_django,
 )
 from bench.store_bench import STORE_ONLY, make_messages, with_tokens  # noqa: E402
+from bench.stores import BENCH_BROKER, OursStore  # noqa: E402
 
 
 def variants(settings_dict: dict) -> dict:
-    """name -> append(message): each on a connection of its own."""
+    """name -> append(message): each on a connection of its own but memory_app's two, which
+    share this thread's Django connection."""
     import psycopg
     from django.db import connection
     from psycopg.pq import Format
@@ -68,6 +80,7 @@ def variants(settings_dict: dict) -> dict:
     options.update(options=commit_setting(False), prepare_threshold=5)
     ours = Memory.session(f"append-cost-{uuid.uuid4().hex}", namespace="bench")
     statement_session = Memory.session(f"append-cost-{uuid.uuid4().hex}", namespace="bench")
+    production_session = Memory.session(f"append-cost-{uuid.uuid4().hex}", namespace="bench")
 
     plain = psycopg.connect(
         **libpq_params(settings_dict), options=commit_setting(False), autocommit=True
@@ -109,7 +122,11 @@ def variants(settings_dict: dict) -> dict:
         "memory_app (store alone)": lambda m: ours.add(
             {"role": m["role"], "content": m["content"]}
         ),
+        PRODUCTION: lambda m: production_session.add({"role": m["role"], "content": m["content"]}),
     }
+
+
+PRODUCTION = "memory_app (production path)"
 
 
 def main(argv=None) -> None:
@@ -120,27 +137,38 @@ def main(argv=None) -> None:
         type=int,
         help="every message this many words long (default: 4-120 words, about 60 tokens)",
     )
+    parser.add_argument(
+        "--text",
+        choices=("bench", "conversation"),
+        default="bench",
+        help="words from the benchmark's vocabulary, or from real conversations",
+    )
     args = parser.parse_args(argv)
     os.environ.setdefault("DJANGO_DEBUG", "0")  # DEBUG keeps a log of every query
     began = time.perf_counter()
     load = " ".join(f"{x:.1f}" for x in os.getloadavg())
     settings_dict = setup_django(memory_app=STORE_ONLY)
     appenders = variants(settings_dict)
-    pool = with_tokens(make_messages(512, seed=7, system=False, words=args.words))
+    pool = with_tokens(make_messages(512, seed=7, system=False, words=args.words, text=args.text))
+    production = OursStore(prepared=True, config="production")
     samples: dict[str, list[float]] = {name: [] for name in appenders}
     sent = 0
     for turn in range(-1, args.count // 10):  # turn -1 warms up (prepared plans, caches)
         for name, append in appenders.items():
-            for _ in range(10):
-                message = pool[sent % len(pool)]
-                sent += 1
-                started = time.perf_counter()
-                append(message)
-                if turn >= 0:
-                    samples[name].append(time.perf_counter() - started)
+            with production.configured() if name == PRODUCTION else contextlib.nullcontext():
+                if name == PRODUCTION:  # untimed: the settings are read anew after the switch
+                    append(pool[sent % len(pool)])
+                for _ in range(10):
+                    message = pool[sent % len(pool)]
+                    sent += 1
+                    started = time.perf_counter()
+                    append(message)
+                    if turn >= 0:
+                        samples[name].append(time.perf_counter() - started)
     from memory_app.services import background
 
     background.wait_for_deferred()
+    redis.Redis.from_url(BENCH_BROKER).flushdb()  # the after-append jobs no worker ran
     latencies = {name: Latency(s) for name, s in samples.items()}
     floor = latencies["floor (raw psycopg INSERT)"].median
     langchain = latencies["langchain-postgres"].median
@@ -160,7 +188,12 @@ def main(argv=None) -> None:
     ours = latencies["memory_app (store alone)"].median
     database = latencies["our statement, raw psycopg"].median
     words = f"{args.words} words" if args.words else "4-120 words (about 60 tokens)"
-    reproduce = f" --words {args.words}" if args.words else ""
+    words += (
+        " of real conversation" if args.text == "conversation" else " of the bench's vocabulary"
+    )
+    options = (f" --text {args.text}" if args.text != "bench" else "") + (
+        f" --words {args.words}" if args.words else ""
+    )
     text = (
         "# Where a single append's time goes\n\n"
         f"{table}\n\n"
@@ -168,15 +201,18 @@ def main(argv=None) -> None:
         f"{fmt_ratio(database / floor)} the floor; the rest of an append "
         f"({fmt_ms(ours - database)} ms of {fmt_ms(ours)}) is what memory_app does around it: "
         "validation, token counting, Django's connection handling, the after-append hand-over, "
-        "and the full-text job that the background thread runs meanwhile.\n\n"
+        "and the full-text job that the background thread runs meanwhile. The production path "
+        "adds importance scoring of the user's messages and sends the after-append job to the "
+        "broker.\n\n"
         f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python "
         f"{platform.python_version()}; load average at start {load}; {args.count:,} appends "
         f"per variant, taking turns ten at a time; messages of {words}; the run took "
         f"{time.perf_counter() - began:.0f} s.\n\n"
-        f"Reproduce: `python bench/append_cost.py{reproduce}`\n"
+        f"Reproduce: `python bench/append_cost.py{options}`\n"
     )
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "append_cost.md").write_text(text)
+    name = "append_cost" + options.replace(" --", "-").replace(" ", "-")
+    (RESULTS / f"{name}.md").write_text(text)
     print(text)
 
 

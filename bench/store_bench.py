@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import gc
 import inspect
 import json
@@ -40,6 +41,7 @@ if __package__ in (None, ""):  # run as a script: make ``bench`` importable
 
 from bench.common import (  # noqa: E402
     RESULTS,
+    ROOT,
     Latency,
     current_rss_mb,
     fmt_ms,
@@ -101,21 +103,47 @@ MODES = {
 
 
 def make_messages(
-    count: int, seed: int, *, system: bool = True, words: int | None = None
+    count: int,
+    seed: int,
+    *,
+    system: bool = True,
+    words: int | None = None,
+    text: str = "bench",
 ) -> list[dict]:
     """``count`` chat messages, the same for a given seed: a system prompt, then user and
-    assistant turns of varied length (about 60 tokens on average), or of ``words`` words each."""
+    assistant turns of varied length (about 60 tokens on average), or of ``words`` words each.
+
+    ``text="bench"`` draws words from a small support-chat vocabulary; ``"conversation"``
+    takes them in order from real conversations (the LoCoMo turns in ``bench/data/locomo``),
+    whose everyday phrases ("I love", "always", "my son") the importance scorer looks for."""
     rng = random.Random(seed)
+    source = _conversation_words() if text == "conversation" else None
     messages = []
     if system:
         messages.append({"role": "system", "content": "You are a helpful support agent. Be brief."})
     while len(messages) < count:
         role = "user" if len(messages) % 2 else "assistant"
         length = words or (rng.randint(4, 50) if role == "user" else rng.randint(20, 120))
-        messages.append(
-            {"role": role, "content": " ".join(rng.choice(WORDS) for _ in range(length))}
-        )
+        if source is None:
+            content = " ".join(rng.choice(WORDS) for _ in range(length))
+        else:
+            start = rng.randrange(len(source) - length)
+            content = " ".join(source[start : start + length])
+        messages.append({"role": role, "content": content})
     return messages[:count]
+
+
+@functools.cache
+def _conversation_words() -> list[str]:
+    words: list[str] = []
+    for path in sorted((ROOT / "bench" / "data" / "locomo").glob("*.json")):
+        data = json.loads(path.read_text())
+        conversation = data.get("conversation", data)
+        for key, turns in conversation.items():
+            if key.startswith("session_") and isinstance(turns, list):
+                for turn in turns:
+                    words.extend(turn["text"].split())
+    return words
 
 
 def with_tokens(messages: list[dict]) -> list[dict]:

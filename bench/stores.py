@@ -279,8 +279,10 @@ class OursStore(Store):
             try:
                 yield
             finally:
-                conf.task_always_eager, conf.broker_url = saved
+                # The hand-overs go out under the variant's own settings (to the broker), not
+                # run in this process under the next variant's.
                 background.wait_for_deferred()
+                conf.task_always_eager, conf.broker_url = saved
 
     def setup(self, settings_dict):
         from concurrent.futures import ThreadPoolExecutor
