@@ -141,6 +141,17 @@ class DjangoSaver(BaseCheckpointSaver[str]):
     def _threads(self):
         return checkpoints.threads(self.owner, self.namespace)
 
+    def _query(self, **filters: Any) -> list[StoredCheckpoint]:
+        """``checkpoints.query`` over this saver's threads: one thread's in one statement."""
+        if "thread_id" in filters:
+            return checkpoints.query_thread(self.owner, self.namespace, **filters)
+        return checkpoints.query(self._threads(), **filters)
+
+    def _iter_query(self, *, page: int, **filters: Any) -> Iterator[StoredCheckpoint]:
+        if "thread_id" in filters:
+            return checkpoints.iter_query_thread(self.owner, self.namespace, page=page, **filters)
+        return checkpoints.iter_query(self._threads(), page=page, **filters)
+
     def _session(self, thread_id: str, *, create: bool = False):
         return checkpoints.thread_session(self.owner, self.namespace, thread_id, create=create)
 
@@ -201,14 +212,10 @@ class DjangoSaver(BaseCheckpointSaver[str]):
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         thread_id, ns, checkpoint_id = self._ref(config)
         with worker_thread_connection():
-            found = checkpoints.query(
-                self._threads(),
-                thread_id=thread_id,
-                checkpoint_ns=ns,
-                checkpoint_id=checkpoint_id,
-                limit=1,
+            found = checkpoints.get(
+                self.owner, self.namespace, thread_id, checkpoint_ns=ns, checkpoint_id=checkpoint_id
             )
-        return self._tuple(found[0]) if found else None
+        return self._tuple(found) if found else None
 
     def list(
         self,
@@ -220,7 +227,7 @@ class DjangoSaver(BaseCheckpointSaver[str]):
     ) -> Iterator[CheckpointTuple]:
         filters = self._list_filters(config, filter, before, limit)
         with worker_thread_connection():
-            found = list(checkpoints.iter_query(self._threads(), page=LIST_PAGE, **filters))
+            found = list(self._iter_query(page=LIST_PAGE, **filters))
         for stored in found:
             yield self._tuple(stored)
 
@@ -247,7 +254,9 @@ class DjangoSaver(BaseCheckpointSaver[str]):
             values.append((channel, str(version), kind, data))
         with worker_thread_connection():
             checkpoints.put(
-                self._session(thread_id, create=True),
+                self.owner,
+                self.namespace,
+                thread_id,
                 checkpoint_ns=ns,
                 checkpoint=stored,
                 metadata=stored_metadata,
@@ -279,7 +288,9 @@ class DjangoSaver(BaseCheckpointSaver[str]):
             rows.append((WRITES_IDX_MAP.get(channel, idx), channel, *self.serde.dumps_typed(value)))
         with worker_thread_connection():
             checkpoints.put_writes(
-                self._session(thread_id, create=True),
+                self.owner,
+                self.namespace,
+                thread_id,
                 checkpoint_ns=ns,
                 checkpoint_id=checkpoint_id,
                 task_id=task_id,
@@ -347,9 +358,7 @@ class DjangoSaver(BaseCheckpointSaver[str]):
         before_id = filters.pop("before", None)
         while remaining is None or remaining > 0:
             size = LIST_PAGE if remaining is None else min(LIST_PAGE, remaining)
-            page = await sync_to_async(checkpoints.query)(
-                self._threads(), before=before_id, limit=size, **filters
-            )
+            page = await sync_to_async(self._query)(before=before_id, limit=size, **filters)
             for stored in page:
                 yield self._tuple(stored)
             if len(page) < size:

@@ -22,18 +22,21 @@ Rules kept here:
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
+from functools import cache
 from typing import Any
 
 from django.db import connections, router, transaction
 from django.db.models import CharField, F, Q, QuerySet, Value
 from django.utils import timezone
 
+from ..conf import memory_settings
 from ..encryption import decrypt_bytes, encrypt_bytes
 from ..models import Checkpoint, CheckpointBlob, CheckpointWrite, Session
-from ..types import StoredCheckpoint
-from . import policies, sessions
+from ..types import ANY_OWNER, StoredCheckpoint
+from . import policies, sessions, statements
 
 #: Channel values with no value (the channel was emptied) are stored with this type.
 EMPTY = "empty"
@@ -68,7 +71,9 @@ def _touch(session_id: uuid.UUID) -> None:
 
 # ---- writing -------------------------------------------------------------------------------------
 def put(
-    session_id: uuid.UUID,
+    owner: Any,
+    namespace: str,
+    thread_id: str,
     *,
     checkpoint_ns: str,
     checkpoint: dict,
@@ -77,9 +82,38 @@ def put(
     parent_checkpoint_id: str,
     values: Iterable[tuple[str, str, str, bytes | None]],
 ) -> None:
-    """Store a checkpoint (``checkpoint["id"]``) and the channel values new in it, given as
-    ``(channel, version, type, bytes)``; a value already stored for that version is kept."""
-    with transaction.atomic(using=_write_db()):
+    """Store a checkpoint (``checkpoint["id"]``) of thread ``thread_id`` (the session is created
+    when missing) and the channel values new in it, given as ``(channel, version, type,
+    bytes)``; a value already stored for that version is kept."""
+    values = list(values)
+    namespace = memory_settings.DEFAULT_NAMESPACE if namespace is None else namespace
+    connection = connections[_write_db()]
+    if _by_statement(connection, owner):
+        _in_thread(
+            connection,
+            owner,
+            namespace,
+            thread_id,
+            _put_statement,
+            {
+                "ns": checkpoint_ns,
+                "channels": [channel for channel, _, _, _ in values],
+                "versions": [version for _, version, _, _ in values],
+                "types": [kind for _, _, kind, _ in values],
+                "blobs": [encrypt_bytes(data) for _, _, _, data in values],
+                "id": checkpoint["id"],
+                "parent": parent_checkpoint_id,
+                "run": run_id,
+                # As the model's JSONField writes them (json.dumps, the default encoder).
+                "checkpoint": json.dumps(checkpoint),
+                "metadata": json.dumps(metadata),
+                "now": timezone.now(),
+                "ttls": policies.sliding_ttls(),  # the sliding expiry, as an append applies it
+            },
+        )
+        return
+    session_id = thread_session(owner, namespace, thread_id, create=True)
+    with transaction.atomic(using=connection.alias):
         blobs = [
             CheckpointBlob(
                 session_id=session_id,
@@ -112,8 +146,69 @@ def put(
         _touch(session_id)
 
 
+@cache
+def _put_statement(ownerless: bool) -> str:
+    """The thread's session found by its key, then the values, the checkpoint and the session's
+    ``updated_at`` in one statement: one round trip instead of six (a single statement is
+    atomic without a transaction of its own). No row back: the thread has no session yet."""
+    blob, checkpoint, session = (
+        CheckpointBlob._meta.db_table,
+        Checkpoint._meta.db_table,
+        Session._meta.db_table,
+    )
+    return f"""
+        WITH {_thread_sql(ownerless)}, new_values AS (
+            INSERT INTO {blob} (session_id, checkpoint_ns, channel, version, type, blob)
+            SELECT thread.id, %(ns)s, v.channel, v.version, v.type, v.blob
+            FROM thread, unnest(%(channels)s::text[], %(versions)s::text[], %(types)s::text[],
+                                %(blobs)s::bytea[]) AS v(channel, version, type, blob)
+            ON CONFLICT (session_id, checkpoint_ns, channel, version) DO NOTHING
+        ), saved AS (
+            INSERT INTO {checkpoint} (session_id, checkpoint_ns, checkpoint_id,
+                parent_checkpoint_id, run_id, checkpoint, metadata, created_at)
+            SELECT thread.id, %(ns)s, %(id)s, %(parent)s, %(run)s, %(checkpoint)s::jsonb,
+                   %(metadata)s::jsonb, %(now)s
+            FROM thread
+            ON CONFLICT (session_id, checkpoint_ns, checkpoint_id) DO UPDATE SET
+                parent_checkpoint_id = EXCLUDED.parent_checkpoint_id, run_id = EXCLUDED.run_id,
+                checkpoint = EXCLUDED.checkpoint, metadata = EXCLUDED.metadata
+        )
+        UPDATE {session} SET updated_at = %(now)s, {policies.SLIDING_EXPIRY_SQL}
+        WHERE id = (SELECT id FROM thread) RETURNING id"""
+
+
+def _by_statement(connection, owner: Any) -> bool:
+    """Whether a call on one thread goes as one statement that finds the thread itself
+    (PostgreSQL, one owner's threads), not through the ORM."""
+    return connection.vendor == "postgresql" and sessions.owner_id(owner) is not ANY_OWNER
+
+
+def _thread_sql(ownerless: bool) -> str:
+    """The ``thread`` CTE the one-statement calls start with: the thread's session, by key."""
+    owner = "owner_id IS NULL" if ownerless else "owner_id = %(owner)s"
+    return f"""thread AS (
+            SELECT id FROM {Session._meta.db_table}
+            WHERE {owner} AND namespace = %(namespace)s AND key = %(key)s
+        )"""
+
+
+def _in_thread(connection, owner, namespace, thread_id, statement, params: dict) -> None:
+    """Run ``statement(ownerless)``, which writes only when the thread's session exists and
+    then returns a row. A new thread's session is created by the rule book, then it runs again."""
+    owner = sessions.owner_id(owner)
+    params = {**params, "owner": owner, "namespace": namespace, "key": thread_id}
+    sql = statement(owner is None)
+    if statements.execute(connection, sql, params):
+        return
+    thread_session(owner, namespace, thread_id, create=True)
+    if not statements.execute(connection, sql, params):
+        raise Session.DoesNotExist(f"thread {thread_id!r} was deleted while it was written")
+
+
 def put_writes(
-    session_id: uuid.UUID,
+    owner: Any,
+    namespace: str,
+    thread_id: str,
     *,
     checkpoint_ns: str,
     checkpoint_id: str,
@@ -122,9 +217,32 @@ def put_writes(
     writes: Sequence[tuple[int, str, str, bytes | None]],
     replace: bool,
 ) -> None:
-    """Store a task's writes ``(idx, channel, type, bytes)`` for a checkpoint. A write already
-    stored under the same (task, idx) is kept, or replaced when ``replace`` (special channels:
-    the latest error or interrupt of a task is the one that counts)."""
+    """Store a task's writes ``(idx, channel, type, bytes)`` for a checkpoint of thread
+    ``thread_id`` (the session is created when missing). A write already stored under the same
+    (task, idx) is kept, or replaced when ``replace`` (special channels: the latest error or
+    interrupt of a task is the one that counts)."""
+    namespace = memory_settings.DEFAULT_NAMESPACE if namespace is None else namespace
+    connection = connections[_write_db()]
+    if _by_statement(connection, owner):
+        _in_thread(
+            connection,
+            owner,
+            namespace,
+            thread_id,
+            _replace_writes_statement if replace else _keep_writes_statement,
+            {
+                "ns": checkpoint_ns,
+                "checkpoint": checkpoint_id,
+                "task": task_id,
+                "path": task_path,
+                "idxs": [idx for idx, _, _, _ in writes],
+                "channels": [channel for _, channel, _, _ in writes],
+                "types": [kind for _, _, kind, _ in writes],
+                "blobs": [encrypt_bytes(data) for _, _, _, data in writes],
+            },
+        )
+        return
+    session_id = thread_session(owner, namespace, thread_id, create=True)
     rows = [
         CheckpointWrite(
             session_id=session_id,
@@ -152,6 +270,35 @@ def put_writes(
             )
         else:
             CheckpointWrite.objects.bulk_create(rows, ignore_conflicts=True)
+
+
+def _writes_statement(ownerless: bool, on_conflict: str) -> str:
+    """A task's writes inserted in the thread found by key, in one statement."""
+    return f"""
+        WITH {_thread_sql(ownerless)}, written AS (
+            INSERT INTO {CheckpointWrite._meta.db_table} (session_id, checkpoint_ns,
+                checkpoint_id, task_id, task_path, idx, channel, type, blob)
+            SELECT thread.id, %(ns)s, %(checkpoint)s, %(task)s, %(path)s, w.idx, w.channel,
+                   w.type, w.blob
+            FROM thread, unnest(%(idxs)s::integer[], %(channels)s::text[], %(types)s::text[],
+                                %(blobs)s::bytea[]) AS w(idx, channel, type, blob)
+            ON CONFLICT (session_id, checkpoint_ns, checkpoint_id, task_id, idx) {on_conflict}
+        )
+        SELECT id FROM thread"""
+
+
+@cache
+def _keep_writes_statement(ownerless: bool) -> str:
+    return _writes_statement(ownerless, "DO NOTHING")
+
+
+@cache
+def _replace_writes_statement(ownerless: bool) -> str:
+    return _writes_statement(
+        ownerless,
+        "DO UPDATE SET channel = EXCLUDED.channel, type = EXCLUDED.type, "
+        "blob = EXCLUDED.blob, task_path = EXCLUDED.task_path",
+    )
 
 
 # ---- reading -------------------------------------------------------------------------------------
@@ -266,16 +413,170 @@ def query(
     return _loaded(list(qs))
 
 
+def get(
+    owner: Any, namespace: str, thread_id: str, *, checkpoint_ns: str, checkpoint_id: str | None
+) -> StoredCheckpoint | None:
+    """One checkpoint of thread ``thread_id`` (the newest of the namespace when no id is given)
+    with its values and pending writes; ``None`` when there is none."""
+    found = query_thread(
+        owner,
+        namespace,
+        thread_id,
+        checkpoint_ns=checkpoint_ns,
+        checkpoint_id=checkpoint_id,
+        limit=1,
+    )
+    return found[0] if found else None
+
+
+def query_thread(
+    owner: Any,
+    namespace: str,
+    thread_id: str,
+    *,
+    checkpoint_ns: str | None = None,
+    checkpoint_id: str | None = None,
+    metadata: dict[str, Any] | None = None,
+    before: str | None = None,
+    limit: int | None = None,
+) -> list[StoredCheckpoint]:
+    """``query`` on one thread of ``owner`` in ``namespace``: on PostgreSQL in one statement
+    (the session found by key, the checkpoints, their values and writes), else the ORM's four
+    queries."""
+    namespace = memory_settings.DEFAULT_NAMESPACE if namespace is None else namespace
+    connection = connections[router.db_for_read(Checkpoint)]
+    if not _by_statement(connection, owner):
+        return query(
+            threads(owner, namespace),
+            thread_id=thread_id,
+            checkpoint_ns=checkpoint_ns,
+            checkpoint_id=checkpoint_id,
+            metadata=metadata,
+            before=before,
+            limit=limit,
+        )
+    owner = sessions.owner_id(owner)
+    params = {"owner": owner, "namespace": namespace, "key": thread_id, "ns": checkpoint_ns,
+              "id": checkpoint_id, "before": before, "limit": limit,
+              "metadata": json.dumps(metadata) if metadata else None}  # fmt: skip
+    sql = _read_statement(owner is None, *(params[name] is not None for name in _READ_FILTERS))
+    return [_read_row(thread_id, row) for row in statements.execute(connection, sql, params)]
+
+
+def iter_query_thread(
+    owner: Any, namespace: str, thread_id: str, *, page: int = 100, **filters: Any
+) -> Iterator[StoredCheckpoint]:
+    """``query_thread`` in pages of ``page`` (memory does not grow with the thread's length)."""
+    return _paged(lambda **f: query_thread(owner, namespace, thread_id, **f), page, filters)
+
+
+def _read_row(thread_id: str, row) -> StoredCheckpoint:
+    (session_id, ns, checkpoint_id, parent_id, checkpoint, metadata, created_at,
+     channels, types, blobs, tasks, write_channels, write_types, write_blobs) = row  # fmt: skip
+    return StoredCheckpoint(
+        session_id=session_id,
+        thread_id=thread_id,
+        checkpoint_ns=ns,
+        checkpoint_id=checkpoint_id,
+        parent_checkpoint_id=parent_id,
+        checkpoint=checkpoint,
+        metadata=metadata,
+        values={
+            channel: (kind, decrypt_bytes(blob) or b"")
+            for channel, kind, blob in zip(channels or (), types or (), blobs or (), strict=True)
+        },
+        writes=[
+            (task, channel, kind, decrypt_bytes(blob) or b"")
+            for task, channel, kind, blob in zip(
+                tasks or (), write_channels or (), write_types or (), write_blobs or (), strict=True
+            )
+        ],
+        created_at=created_at,
+    )
+
+
+#: The optional filters of ``_read_statement``, in its arguments' order.
+_READ_FILTERS = ("ns", "id", "metadata", "before", "limit")
+
+
+@cache
+def _read_statement(
+    ownerless: bool, ns: bool, checkpoint_id: bool, metadata: bool, before: bool, limit: bool
+) -> str:
+    """Checkpoints of the thread found by key, newest first, each with the values its channel
+    versions name and its writes in replay order: one statement (four queries through the
+    ORM), its text fixed per set of filters so that each keeps an index-friendly plan.
+    Versions match as ``put`` stores them: the version's text (ints and strings, as LangGraph
+    makes them, read the same from the checkpoint's JSON)."""
+    checkpoint, blob, write = (
+        Checkpoint._meta.db_table,
+        CheckpointBlob._meta.db_table,
+        CheckpointWrite._meta.db_table,
+    )
+    where = [
+        condition
+        for wanted, condition in (
+            (ns, "c.checkpoint_ns = %(ns)s"),
+            (checkpoint_id, "c.checkpoint_id = %(id)s"),
+            (metadata, "c.metadata @> %(metadata)s::jsonb"),
+            (before, "c.checkpoint_id < %(before)s"),
+        )
+        if wanted
+    ]
+    return f"""
+        WITH {_thread_sql(ownerless)}, found AS (
+            SELECT c.session_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id,
+                   c.checkpoint, c.metadata, c.created_at
+            FROM {checkpoint} c
+            -- The session first (not a join): then the checkpoint index serves "newest first"
+            -- with a limit, where a join has the planner read and sort all of the thread's.
+            WHERE c.session_id = (SELECT id FROM thread) {"".join(" AND " + w for w in where)}
+            ORDER BY c.checkpoint_id DESC, c.checkpoint_ns
+            {"LIMIT %(limit)s" if limit else ""}
+        )
+        SELECT found.*, v.channels, v.types, v.blobs, w.tasks, w.channels, w.types, w.blobs
+        FROM found
+        LEFT JOIN LATERAL (
+            SELECT array_agg(b.channel) AS channels, array_agg(b.type) AS types,
+                   array_agg(b.blob) AS blobs
+            FROM jsonb_each_text(found.checkpoint -> 'channel_versions') AS named(channel, version)
+            -- Each named version looked up on the unique index (LIMIT 1 keeps the planner from
+            -- hash-joining every value of the thread instead).
+            CROSS JOIN LATERAL (
+                SELECT channel, type, blob FROM {blob}
+                WHERE session_id = found.session_id AND checkpoint_ns = found.checkpoint_ns
+                  AND channel = named.channel AND version = named.version
+                  AND type <> '{EMPTY}'
+                LIMIT 1
+            ) b
+        ) v ON true
+        LEFT JOIN LATERAL (
+            SELECT array_agg(x.task_id ORDER BY x.task_path, x.task_id, x.idx) AS tasks,
+                   array_agg(x.channel ORDER BY x.task_path, x.task_id, x.idx) AS channels,
+                   array_agg(x.type ORDER BY x.task_path, x.task_id, x.idx) AS types,
+                   array_agg(x.blob ORDER BY x.task_path, x.task_id, x.idx) AS blobs
+            FROM {write} x
+            WHERE x.session_id = found.session_id AND x.checkpoint_ns = found.checkpoint_ns
+              AND x.checkpoint_id = found.checkpoint_id
+        ) w ON true
+        ORDER BY found.checkpoint_id DESC, found.checkpoint_ns"""
+
+
 def iter_query(
     thread_sessions: QuerySet, *, page: int = 100, **filters: Any
 ) -> Iterator[StoredCheckpoint]:
     """``query`` in pages of ``page`` (memory does not grow with the thread's length)."""
+    return _paged(lambda **f: query(thread_sessions, **f), page, filters)
+
+
+def _paged(query_page, page: int, filters: dict[str, Any]) -> Iterator[StoredCheckpoint]:
+    filters = dict(filters)
     limit = filters.pop("limit", None)
     before = filters.pop("before", None)
     served = 0
     while limit is None or served < limit:
         size = page if limit is None else min(page, limit - served)
-        batch = query(thread_sessions, before=before, limit=size, **filters)
+        batch = query_page(before=before, limit=size, **filters)
         yield from batch
         served += len(batch)
         if len(batch) < size:

@@ -4,9 +4,14 @@ typed errors for bad input."""
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 from cryptography.fernet import Fernet
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+from langgraph.checkpoint.base.id import uuid6
 from langgraph.types import Command
 
 from memory_app import Memory
@@ -166,6 +171,70 @@ def test_channel_values_and_writes_are_encrypted_at_rest(user, settings):
     assert not any(b"X1234567" in r for r in raw)
     state = graph.get_state(thread("secret"))
     assert state.values["log"][0] == secret
+
+
+def test_a_put_is_one_statement_that_keeps_the_thread_alive(user, settings):
+    settings.MEMORY_APP = {"RETENTION": {"trips": {"ttl": "2d", "sliding": True}}}
+    saver = DjangoSaver(owner=user, namespace="trips")
+    graph = planning_graph(saver)
+    graph.invoke({"log": [], "approved": False}, thread("alive"))
+    session = Session.objects.get(owner=user, namespace="trips", key="alive")
+    Session.objects.filter(pk=session.pk).update(
+        updated_at=session.updated_at - dt.timedelta(days=1), expires_at=None
+    )
+    latest = saver.get_tuple(thread("alive"))
+    checkpoint = {**latest.checkpoint, "id": str(uuid6(clock_seq=-2))}  # as LangGraph makes them
+
+    with CaptureQueriesContext(connection) as queries:
+        saver.put(latest.config, checkpoint, {"step": 99}, {"log": "99.0"})
+    # The thread's session found by its key, the values, the checkpoint and the session's
+    # updated_at in one statement: no transaction of its own, no round trip per table.
+    assert len(queries) == 1, [q["sql"][:60] for q in queries]
+
+    stored = Checkpoint.objects.get(session=session, checkpoint_id=checkpoint["id"])
+    assert stored.parent_checkpoint_id == latest.config["configurable"]["checkpoint_id"]
+    assert stored.metadata["step"] == 99
+    assert CheckpointBlob.objects.filter(session=session, channel="log", version="99.0").exists()
+    session.refresh_from_db()
+    assert timezone.now() - session.updated_at < dt.timedelta(minutes=1)
+    assert dt.timedelta(days=1, hours=23) < session.expires_at - timezone.now() <= dt.timedelta(2)
+    # Stored again (a retried step): the checkpoint is updated, its values kept.
+    saver.put(latest.config, checkpoint, {"step": 100}, {"log": "99.0"})
+    assert (
+        Checkpoint.objects.get(session=session, checkpoint_id=checkpoint["id"]).metadata["step"]
+        == 100
+    )
+    assert (
+        CheckpointBlob.objects.filter(session=session, channel="log", version="99.0").count() == 1
+    )
+    # A task's writes: one statement too.
+    config = {"configurable": {**latest.config["configurable"], "checkpoint_id": checkpoint["id"]}}
+    with CaptureQueriesContext(connection) as queries:
+        saver.put_writes(config, [("log", ["w"]), ("approved", True)], "task-1")
+    assert len(queries) == 1, [q["sql"][:60] for q in queries]
+    # And a checkpoint is read with its values and writes in one statement.
+    with CaptureQueriesContext(connection) as queries:
+        read = saver.get_tuple(config)
+    assert len(queries) == 1, [q["sql"][:60] for q in queries]
+    assert read.checkpoint["channel_values"]["log"] == latest.checkpoint["channel_values"]["log"]
+    assert [w[1:] for w in saver.get_tuple(config).pending_writes] == [
+        ("log", ["w"]),
+        ("approved", True),
+    ]
+    # Listing a thread: one statement per page of checkpoints, with their values and writes.
+    with CaptureQueriesContext(connection) as queries:
+        listed = list(saver.list(thread("alive"), limit=3))
+    assert len(queries) == 1, [q["sql"][:60] for q in queries]
+    assert [t.config["configurable"]["checkpoint_id"] for t in listed][0] == checkpoint["id"]
+    assert listed[0].pending_writes == read.pending_writes
+    assert [t.metadata["step"] for t in saver.list(thread("alive"), filter={"step": 100})] == [100]
+    # The same thread key without an owner is another thread (a session of its own, created
+    # on its first put), and the owner's thread is untouched by it.
+    ownerless = DjangoSaver(owner=None, namespace="trips")
+    ownerless.put(thread("alive"), checkpoint, {"step": 1}, {"log": "1.0"})
+    assert Session.objects.filter(owner=None, namespace="trips", key="alive").count() == 1
+    assert ownerless.get_tuple(thread("alive")).metadata["step"] == 1
+    assert saver.get_tuple(thread("alive")).metadata["step"] == 100
 
 
 @pytest.mark.parametrize(
