@@ -121,7 +121,7 @@ class MemoryTools:
 
     def __init__(self, owner: Any = None, *, namespace: str | None = None, session_id=None):
         self.owner = owner
-        self.namespace = memory_settings.DEFAULT_NAMESPACE if namespace is None else namespace
+        self.namespace = sessions.namespace_or_default(namespace)
         self.session_id = session_id
 
     def __repr__(self) -> str:

@@ -32,7 +32,6 @@ from django.db import connections, router, transaction
 from django.db.models import CharField, F, Q, QuerySet, Value
 from django.utils import timezone
 
-from ..conf import memory_settings
 from ..encryption import decrypt_bytes, encrypt_bytes
 from ..models import Checkpoint, CheckpointBlob, CheckpointWrite, Session
 from ..types import ANY_OWNER, StoredCheckpoint
@@ -86,7 +85,7 @@ def put(
     when missing) and the channel values new in it, given as ``(channel, version, type,
     bytes)``; a value already stored for that version is kept."""
     values = list(values)
-    namespace = memory_settings.DEFAULT_NAMESPACE if namespace is None else namespace
+    namespace = sessions.namespace_or_default(namespace)
     connection = connections[_write_db()]
     if _by_statement(connection, owner):
         _in_thread(
@@ -221,7 +220,7 @@ def put_writes(
     ``thread_id`` (the session is created when missing). A write already stored under the same
     (task, idx) is kept, or replaced when ``replace`` (special channels: the latest error or
     interrupt of a task is the one that counts)."""
-    namespace = memory_settings.DEFAULT_NAMESPACE if namespace is None else namespace
+    namespace = sessions.namespace_or_default(namespace)
     connection = connections[_write_db()]
     if _by_statement(connection, owner):
         _in_thread(
@@ -443,7 +442,7 @@ def query_thread(
     """``query`` on one thread of ``owner`` in ``namespace``: on PostgreSQL in one statement
     (the session found by key, the checkpoints, their values and writes), else the ORM's four
     queries."""
-    namespace = memory_settings.DEFAULT_NAMESPACE if namespace is None else namespace
+    namespace = sessions.namespace_or_default(namespace)
     connection = connections[router.db_for_read(Checkpoint)]
     if not _by_statement(connection, owner):
         return query(

@@ -34,6 +34,11 @@ from ..validation import check_metadata, check_metadata_key, check_session_field
 from . import policies
 
 
+def namespace_or_default(namespace: str | None) -> str:
+    """``namespace``, or ``DEFAULT_NAMESPACE`` when none is given."""
+    return memory_settings.DEFAULT_NAMESPACE if namespace is None else namespace
+
+
 def owner_id(owner: Any) -> Any:
     """The owner's primary key (a user, a primary key, ``None`` or ``ANY_OWNER`` as they are)."""
     if owner is None or owner is ANY_OWNER:
@@ -102,7 +107,7 @@ def create(
 ) -> Session:
     """A new session; ``SessionExists`` if the key is taken for that owner and namespace.
     ``next_seq``: the first cursor it hands out (an import restores its cursors)."""
-    namespace = memory_settings.DEFAULT_NAMESPACE if namespace is None else namespace
+    namespace = namespace_or_default(namespace)
     check_session_fields(
         key=key, namespace=namespace, title=title, metadata=metadata, expires_at=expires_at
     )
@@ -136,7 +141,7 @@ def get_or_create(
 ) -> Session:
     """The session ``key`` of ``owner`` in ``namespace``, created when missing (unless
     ``create_missing`` is false: then ``SessionNotFound``)."""
-    namespace = memory_settings.DEFAULT_NAMESPACE if namespace is None else namespace
+    namespace = namespace_or_default(namespace)
     check_session_fields(
         key=key, namespace=namespace, title=title, metadata=metadata, expires_at=expires_at
     )
