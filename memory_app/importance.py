@@ -66,7 +66,8 @@ class KeywordImportanceScorer:
         # IGNORECASE, which lets re jump to a literal instead of trying every position.
         self._fold = all(p == p.lower() and "(?-" not in p for p, _ in pairs)
         flags = 0 if self._fold else re.IGNORECASE
-        self._patterns = [(re.compile(p, flags), float(w), _leads(p, flags)) for p, w in pairs]
+        compiled = [(re.compile(p, flags), float(w)) for p, w in pairs]
+        self._patterns = [(pattern, weight, _leads(pattern)) for pattern, weight in compiled]
 
     def explain(self, message: StoredMessage) -> list[tuple[str, float]]:
         """The patterns that matched and their weights."""
@@ -114,21 +115,20 @@ def _alternatives(pattern: str) -> list[str]:
     return parts
 
 
-def _leads(pattern: str, flags: int) -> list[re.Pattern]:
-    """Expressions that match wherever ``pattern`` can start a match: its alternatives, each
+def _leads(compiled: re.Pattern) -> list[re.Pattern]:
+    """Expressions that match wherever ``compiled`` can start a match: its alternatives, each
     without the leading ``\\b`` or lookbehind that keeps re from jumping to the literal after
     it (on a 750-word message, about 50 µs for the built-in list instead of 800). They may
     match more places, never fewer; ``_matches_from`` checks each with the pattern itself. A
     pattern with capturing groups (whose numbers would shift) is its own lead."""
-    compiled = re.compile(pattern, flags)
     if compiled.groups:
         return [compiled]
     leads = []
-    for alternative in _alternatives(pattern):
+    for alternative in _alternatives(compiled.pattern):
         while match := _LEADING_ASSERTION.match(alternative):
             alternative = alternative[match.end() :]
         try:
-            leads.append(re.compile(alternative, flags))
+            leads.append(re.compile(alternative, compiled.flags))
         except re.error:  # e.g. inline global flags, valid only at the very start
             return [compiled]
     return leads
