@@ -368,3 +368,45 @@ def test_window_invariants(log, snapshot_at, summary, pinned, max_tokens, max_me
         too_many_messages = max_messages is not None and len(selected) + len(nxt) > max_messages
         assert too_many_tokens or too_many_messages
     assert window.first_cursor == (min(selected) if selected else None)
+
+
+# -- the token count ------------------------------------------------------------------------------
+
+# Text the tokenizer splits in unusual places: runs of white space, contractions, digits,
+# scripts of several byte lengths, characters outside its merges, and lone surrogates.
+token_texts = st.text(max_size=300) | st.lists(
+    st.sampled_from(
+        ["  ", "\n", "\n\n ", "\t", "'s", "'LL", "123456", "hello", " world", "ÅÄÖ", "日本語"]
+        + ["😀", "\U00010000", "!!", "…", "a" * 40, " " * 17, "\ud800", "\udfff"]
+    ),
+    max_size=40,
+).map("".join)
+
+
+@pytest.mark.parametrize("encoding", ["o200k_base", "cl100k_base"])
+@given(text=token_texts)
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_a_count_is_the_number_of_token_ids_the_tokenizer_gives(encoding, text):
+    from memory_app.tokens import count_text, get_encoding
+
+    assert count_text(text, encoding) == len(get_encoding(encoding).encode_ordinary(text))
+
+
+@pytest.mark.parametrize("encoding", ["o200k_base", "cl100k_base"])
+@given(
+    words=st.lists(token_texts.filter(lambda w: w and not w[-1].isspace()), min_size=1, max_size=5),
+    repeat=st.integers(200, 600),
+)
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_a_long_text_is_counted_in_pieces_as_one_text(encoding, words, repeat):
+    # Longer than PIECE_CHARS, so counted in pieces. Words end in other than white space: the
+    # text has the spaces the pieces are cut at.
+    from memory_app.tokens import PIECE_CHARS, count_text, get_encoding
+
+    text = " ".join(words * repeat)
+    text = ((text + " ") * (3 * PIECE_CHARS // max(len(text), 1) + 1))[: 3 * PIECE_CHARS]
+    assert len(text) > PIECE_CHARS
+    # The tokenizer's own count of the whole text at once (its encode() refuses more than
+    # 200,000 tokens, which 150,000 characters may be), lone surrogates replaced as it does.
+    encoder = get_encoding(encoding)
+    assert count_text(text, encoding) == encoder._backend.count(encoder._sanitize_text(text))

@@ -51,6 +51,16 @@ def test_token_count_is_cached_and_counted_on_session(mem):
     assert Session.objects.get(pk=mem.id).token_count == stored.tokens
 
 
+def test_a_message_of_more_tokens_than_the_tokenizers_chunk_limit_is_counted(mem):
+    # 60,000 characters outside the tokenizer's merges (four byte tokens each): 240 KB, within
+    # MAX_MESSAGE_BYTES, yet 240,000 tokens, more than bpe-openai's encode() takes at once.
+    message = {"role": "user", "content": "\U00010000" * 60_000}
+    stored = mem.add(message)
+    assert stored.tokens == count_message(message) == 3 + 1 + 240_000
+    assert Session.objects.get(pk=mem.id).token_count == stored.tokens
+    assert mem.window(max_tokens=stored.tokens)[-1]["content"] == message["content"]
+
+
 @pytest.mark.parametrize(
     ("message", "field"),
     [

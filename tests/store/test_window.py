@@ -323,6 +323,22 @@ def test_a_summary_larger_than_the_budget_is_cut_to_fit_and_flagged(mem):
     assert whole.messages[0]["content"] == SUMMARY_PREFIX + long_summary
 
 
+def test_a_summary_of_more_tokens_than_the_tokenizer_encodes_at_once_is_cut(mem):
+    # 60,000 characters of four byte tokens each: within MAX_MESSAGE_BYTES, yet 240,000 tokens;
+    # cutting it to a budget of 5,000 tokens encodes all of it (up to 64 characters a token).
+    from memory_app.services.context import SUMMARY_CUT_MARKER
+
+    stored = mem.add_many([user("one"), user("two")])
+    summary = "\U00010000" * 60_000
+    mem.save_snapshot(summary, upto=stored[0].cursor, prev=None)
+    window = mem.window(max_tokens=5_000)
+    assert window.summary_truncated
+    assert window.budget_tokens <= 5_000 and 5_000 - window.budget_tokens < 10
+    shown = window.messages[0]["content"]
+    assert shown.startswith(SUMMARY_PREFIX + "\U00010000") and shown.endswith(SUMMARY_CUT_MARKER)
+    assert mem.window().messages[0]["content"] == SUMMARY_PREFIX + summary
+
+
 def test_a_budget_that_cannot_hold_the_pinned_messages_is_refused(mem):
     from memory_app.exceptions import BudgetTooSmall
 
