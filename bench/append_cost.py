@@ -4,6 +4,7 @@
     python bench/append_cost.py --count 10000
     python bench/append_cost.py --words 750  # long messages (the token count grows with them)
     python bench/append_cost.py --text conversation --words 250  # real conversation text
+    python bench/append_cost.py --cpus same  # this process and the server on one CPU
 
 One process, one database (``bench``, as ``store_bench.py``), ``synchronous_commit=off``, the
 same messages; the variants take turns ten appends at a time so load from elsewhere falls on
@@ -21,6 +22,12 @@ all of them alike:
 
 ``--text conversation`` takes the words from real conversations instead of the benchmark's
 support-chat vocabulary, which holds none of the phrases the importance scorer looks for.
+
+``--cpus`` pins this process and the database server's processes (Linux, a server on this
+machine): ``same`` puts them on one CPU, where the client's and the server's work add up and
+the peer's lighter work shows; ``apart`` puts them on two, where every round trip waits for a
+wake-up across CPUs and the peer's second round trip (its COMMIT) shows. Left to the OS
+(``any``), a run lands in one case or the other, and the ratio with it.
 
 Writes ``bench/results/append_cost.md`` (``append_cost-text-conversation-words-250.md`` and
 so on with options).
@@ -44,8 +51,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.common import (  # noqa: E402
+    PLACEMENTS,
     RESULTS,
     Latency,
+    cpu_placement,
     fmt_ms,
     fmt_ratio,
     libpq_params,
@@ -143,11 +152,33 @@ def main(argv=None) -> None:
         default="bench",
         help="words from the benchmark's vocabulary, or from real conversations",
     )
+    parser.add_argument(
+        "--cpus",
+        choices=PLACEMENTS,
+        default="any",
+        help="this process and the database server where the OS puts them, on one CPU, or on "
+        "two (Linux, a server on this machine)",
+    )
     args = parser.parse_args(argv)
     os.environ.setdefault("DJANGO_DEBUG", "0")  # DEBUG keeps a log of every query
     began = time.perf_counter()
     load = " ".join(f"{x:.1f}" for x in os.getloadavg())
     settings_dict = setup_django(memory_app=STORE_ONLY)
+    with cpu_placement(settings_dict, args.cpus) as placement:
+        text = _run(args, settings_dict, began, load, placement)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    options = (
+        (f" --text {args.text}" if args.text != "bench" else "")
+        + (f" --words {args.words}" if args.words else "")
+        + (f" --cpus {args.cpus}" if args.cpus != "any" else "")
+    )
+    text += f"\nReproduce: `python bench/append_cost.py{options}`\n"
+    name = "append_cost" + options.replace(" --", "-").replace(" ", "-")
+    (RESULTS / f"{name}.md").write_text(text)
+    print(text)
+
+
+def _run(args, settings_dict, began: float, load: str, placement: str) -> str:
     appenders = variants(settings_dict)
     pool = with_tokens(make_messages(512, seed=7, system=False, words=args.words, text=args.text))
     production = OursStore(prepared=True, config="production")
@@ -191,10 +222,7 @@ def main(argv=None) -> None:
     words += (
         " of real conversation" if args.text == "conversation" else " of the bench's vocabulary"
     )
-    options = (f" --text {args.text}" if args.text != "bench" else "") + (
-        f" --words {args.words}" if args.words else ""
-    )
-    text = (
+    return (
         "# Where a single append's time goes\n\n"
         f"{table}\n\n"
         f"memory_app's own statement, sent with no Python of ours around it, takes "
@@ -206,14 +234,10 @@ def main(argv=None) -> None:
         "broker.\n\n"
         f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python "
         f"{platform.python_version()}; load average at start {load}; {args.count:,} appends "
-        f"per variant, taking turns ten at a time; messages of {words}; the run took "
-        f"{time.perf_counter() - began:.0f} s.\n\n"
-        f"Reproduce: `python bench/append_cost.py{options}`\n"
+        f"per variant, taking turns ten at a time; messages of {words}; this process and "
+        f"the database server {placement}; the run took "
+        f"{time.perf_counter() - began:.0f} s.\n"
     )
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    name = "append_cost" + options.replace(" --", "-").replace(" ", "-")
-    (RESULTS / f"{name}.md").write_text(text)
-    print(text)
 
 
 if __name__ == "__main__":

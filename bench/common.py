@@ -8,12 +8,13 @@ default, so benchmark data never mixes with the project's own.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,71 @@ def setup_django(
     from django.db import connection
 
     return connection.settings_dict
+
+
+PLACEMENTS = ("any", "same", "apart")
+
+
+@contextlib.contextmanager
+def cpu_placement(settings_dict: dict[str, Any], placement: str) -> Iterator[str]:
+    """Where this process and the database server run while the block runs (Linux, a server on
+    this machine); yields a sentence that says so.
+
+    ``"any"``: where the OS puts them, which can change from run to run. ``"same"``: all on one
+    CPU, so each round trip switches processes on it and every microsecond of work, the
+    client's and the server's, adds to the latency. ``"apart"``: this process on one CPU, the
+    server on another, so each round trip waits for a wake-up across CPUs, as it would for a
+    server on another machine. The server's processes (new ones included: they are forked from
+    the postmaster) get their CPUs back when the block ends.
+    """
+    if placement == "any":
+        yield "where the OS put them (not pinned)"
+        return
+    cpus = sorted(os.sched_getaffinity(0))
+    if placement == "apart" and len(cpus) < 2:
+        raise SystemExit("--cpus apart needs two CPUs")
+    client, server = {cpus[0]}, {cpus[0] if placement == "same" else cpus[1]}
+    import psycopg
+
+    with psycopg.connect(**libpq_params(settings_dict), autocommit=True) as conn:
+        backend = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+    try:
+        postmaster = _parent(backend)
+    except OSError:
+        raise SystemExit("--cpus needs the database server on this machine") from None
+    servers = [postmaster] + [pid for pid in _pids() if _parent(pid, default=0) == postmaster]
+    threads = [int(tid) for tid in os.listdir("/proc/self/task")]
+    saved = {pid: os.sched_getaffinity(pid) for pid in servers + threads}
+    try:
+        for pid in servers:
+            with contextlib.suppress(ProcessLookupError):
+                os.sched_setaffinity(pid, server)
+        for tid in threads:  # threads started later inherit the CPU of the one starting them
+            os.sched_setaffinity(tid, client)
+        where = "one CPU" if placement == "same" else "two CPUs, one each"
+        yield f"pinned to {where} (`--cpus {placement}`)"
+    finally:
+        for pid, affinity in saved.items():
+            with contextlib.suppress(ProcessLookupError):
+                os.sched_setaffinity(pid, affinity)
+        for pid in _pids():  # forked meanwhile: given the postmaster's CPUs, now restored
+            if _parent(pid, default=0) == postmaster:
+                with contextlib.suppress(ProcessLookupError):
+                    os.sched_setaffinity(pid, saved[postmaster])
+
+
+def _pids() -> list[int]:
+    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+
+def _parent(pid: int, default: int | None = None) -> int:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        if default is None:
+            raise
+        return default
+    return int(stat.rsplit(")", 1)[1].split()[1])  # the name, in parentheses, may hold spaces
 
 
 def _create_database(database: dict, name: str, *, fresh: bool) -> None:
