@@ -2,6 +2,7 @@
 
     python bench/store_bench.py --quick      # about six minutes
     python bench/store_bench.py              # the full run
+    python bench/store_bench.py --quick --cpus apart  # this process and the server pinned apart
 
 Everything is measured in one run, on one PostgreSQL server (the project's: ``DATABASE_URL``
 or the embedded one), in a separate database (``bench``), with the same messages for every
@@ -40,9 +41,11 @@ if __package__ in (None, ""):  # run as a script: make ``bench`` importable
     __package__ = "bench"
 
 from bench.common import (  # noqa: E402
+    PLACEMENTS,
     RESULTS,
     ROOT,
     Latency,
+    cpu_placement,
     current_rss_mb,
     fmt_ms,
     fmt_rate,
@@ -636,11 +639,14 @@ def render(mode: Mode, stores, results: Results, elapsed: float) -> str:
         f"{results.notes.get('process_rss', 0):.0f} MiB.",
         f"- Machine: {platform.machine()}, {os.cpu_count()} cores, Python "
         f"{platform.python_version()}, PostgreSQL {results.notes.get('server_version', '?')}, "
-        f"load average at start {results.notes.get('load', '?')}; the run took {elapsed:.0f} s. "
-        "Other work on the machine adds noise: compare ratios within one run.",
+        f"load average at start {results.notes.get('load', '?')}; this process and the "
+        f"database server {results.notes.get('placement', 'where the OS put them')}; the run "
+        f"took {elapsed:.0f} s. Other work on the machine adds noise: compare ratios within one "
+        "run.",
         "",
         "Reproduce: `python bench/store_bench.py"
         + (" --quick" if mode.name == "quick" else "")
+        + results.notes.get("cpus_option", "")
         + "`",
     ]
     return "\n".join(lines) + "\n"
@@ -660,6 +666,13 @@ def main(argv=None) -> None:
     parser.add_argument(
         "--output", type=Path, help="markdown file (default bench/results/store.md)"
     )
+    parser.add_argument(
+        "--cpus",
+        choices=PLACEMENTS,
+        default="any",
+        help="this process and the database server where the OS puts them, on one CPU, or on "
+        "two (Linux, a server on this machine; see bench/append_cost.py)",
+    )
     parser.add_argument("--rss-probe", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     os.environ.setdefault("DJANGO_DEBUG", "0")  # DEBUG keeps a log of every query
@@ -677,36 +690,41 @@ def main(argv=None) -> None:
     names = args.stores.split(",")
     if "raw" not in names:
         raise SystemExit("the floor (raw) is needed for the ratios")
-    stores = build_stores(names)
-    for store in stores:
-        store.setup(settings_dict)
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute("SHOW server_version")
-        results.notes["server_version"] = cursor.fetchone()[0].split()[0]
-    try:
-        run(mode, stores, results, settings_dict)
-    finally:
+    with cpu_placement(settings_dict, args.cpus) as placement:
+        results.notes["placement"] = placement
+        if args.cpus != "any":
+            results.notes["cpus_option"] = f" --cpus {args.cpus}"
+        stores = build_stores(names)
         for store in stores:
-            store.close()
-    durable = build_stores(
-        [n for n in names if n not in ("ours_default", "ours_demo")], durable=True
-    )
-    for store in durable:
-        store.setup(settings_dict)
-    try:
-        run_durable(mode, durable, results)
-    finally:
+            store.setup(settings_dict)
+        from django.db import connection
+
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW server_version")
+            results.notes["server_version"] = cursor.fetchone()[0].split()[0]
+        try:
+            run(mode, stores, results, settings_dict)
+        finally:
+            for store in stores:
+                store.close()
+        durable = build_stores(
+            [n for n in names if n not in ("ours_default", "ours_demo")], durable=True
+        )
         for store in durable:
-            store.close()
-    results.notes["process_rss"] = peak_rss_mb()
-    log("peak RSS probes")
-    for store in stores:
-        if not getattr(store, "appends_only", False):
-            results.put("rss", store.name, rss_probe(store.name, mode.big))
+            store.setup(settings_dict)
+        try:
+            run_durable(mode, durable, results)
+        finally:
+            for store in durable:
+                store.close()
+        results.notes["process_rss"] = peak_rss_mb()
+        log("peak RSS probes")
+        for store in stores:
+            if not getattr(store, "appends_only", False):
+                results.put("rss", store.name, rss_probe(store.name, mode.big))
     table = render(mode, stores, results, time.perf_counter() - began)
-    output = args.output or RESULTS / "store.md"
+    suffix = f"-cpus-{args.cpus}" if args.cpus != "any" else ""
+    output = args.output or RESULTS / f"store{suffix}.md"
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(table)
     print(table)
