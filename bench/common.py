@@ -90,8 +90,14 @@ def cpu_placement(settings_dict: dict[str, Any], placement: str) -> Iterator[str
     saved = {pid: os.sched_getaffinity(pid) for pid in servers + threads}
     try:
         for pid in servers:
-            with contextlib.suppress(ProcessLookupError):
+            try:
                 os.sched_setaffinity(pid, server)
+            except ProcessLookupError:
+                pass
+            except PermissionError:
+                raise SystemExit(
+                    "--cpus needs to set the database server's CPUs: run as its user or as root"
+                ) from None
         for tid in threads:  # threads started later inherit the CPU of the one starting them
             os.sched_setaffinity(tid, client)
         where = "one CPU" if placement == "same" else "two CPUs, one each"
