@@ -132,6 +132,40 @@ def test_the_covered_indexes_come_back_when_migrating_back():
     assert_covered_indexes_dropped()
 
 
+def fulltext_index_definition() -> str:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT indexdef FROM pg_indexes WHERE indexname = 'memory_message_search_vector_gin'"
+        )
+        return cursor.fetchone()[0]
+
+
+def test_the_fulltext_index_leaves_out_messages_whose_vector_is_not_filled_in(db, user):
+    assert fulltext_index_definition().endswith(
+        "USING gin (search_vector) WHERE (search_vector IS NOT NULL)"
+    )
+    # ... and searches still go through it (the query implies the condition).
+    Memory.session("gin", owner=user).add({"role": "user", "content": "mushroom risotto"})
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute(
+            f"EXPLAIN SELECT id FROM {Message._meta.db_table} "
+            "WHERE search_vector @@ websearch_to_tsquery('english', 'risotto')"
+        )
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "memory_message_search_vector_gin" in plan, plan
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_fulltext_index_takes_every_message_again_when_migrating_back():
+    call_command("migrate", "memory_app", "0009", verbosity=0)
+    try:
+        assert fulltext_index_definition().endswith("USING gin (search_vector)")
+    finally:
+        call_command("migrate", "memory_app", verbosity=0)
+    assert fulltext_index_definition().endswith("WHERE (search_vector IS NOT NULL)")
+
+
 def test_first_migration_created_the_vector_extension(db):
     with connection.cursor() as cursor:
         cursor.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
