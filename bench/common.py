@@ -82,6 +82,9 @@ def cpu_placement(settings_dict: dict[str, Any], placement: str) -> Iterator[str
     with psycopg.connect(**libpq_params(settings_dict), autocommit=True) as conn:
         backend = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
     try:
+        # A server elsewhere may have a backend whose number some process here has too.
+        if b"postgres" not in Path(f"/proc/{backend}/cmdline").read_bytes():
+            raise OSError
         postmaster = _parent(backend)
     except OSError:
         raise SystemExit("--cpus needs the database server on this machine") from None
