@@ -81,13 +81,13 @@ def cpu_placement(settings_dict: dict[str, Any], placement: str) -> Iterator[str
 
     with psycopg.connect(**libpq_params(settings_dict), autocommit=True) as conn:
         backend = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
-    try:
-        # A server elsewhere may have a backend whose number some process here has too.
-        if b"postgres" not in Path(f"/proc/{backend}/cmdline").read_bytes():
-            raise OSError
-        postmaster = _parent(backend)
-    except OSError:
-        raise SystemExit("--cpus needs the database server on this machine") from None
+        try:  # while the backend lives
+            # A server elsewhere may have a backend whose number some process here has too.
+            if b"postgres" not in Path(f"/proc/{backend}/cmdline").read_bytes():
+                raise OSError
+            postmaster = _parent(backend)
+        except OSError:
+            raise SystemExit("--cpus needs the database server on this machine") from None
     servers = [postmaster] + [pid for pid in _pids() if _parent(pid, default=0) == postmaster]
     threads = [int(tid) for tid in os.listdir("/proc/self/task")]
     saved = {pid: os.sched_getaffinity(pid) for pid in servers + threads}
