@@ -51,14 +51,16 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.common import (  # noqa: E402
-    PLACEMENTS,
     RESULTS,
     Latency,
+    add_cpus_argument,
     cpu_placement,
+    cpus_option,
     fmt_ms,
     fmt_ratio,
     libpq_params,
     markdown_table,
+    results_suffix,
     setup_django,
 )
 from bench.store_bench import STORE_ONLY, make_messages, with_tokens  # noqa: E402
@@ -152,13 +154,7 @@ def main(argv=None) -> None:
         default="bench",
         help="words from the benchmark's vocabulary, or from real conversations",
     )
-    parser.add_argument(
-        "--cpus",
-        choices=PLACEMENTS,
-        default="any",
-        help="this process and the database server where the OS puts them, on one CPU, or on "
-        "two (Linux, a server on this machine)",
-    )
+    add_cpus_argument(parser)
     args = parser.parse_args(argv)
     os.environ.setdefault("DJANGO_DEBUG", "0")  # DEBUG keeps a log of every query
     began = time.perf_counter()
@@ -170,11 +166,10 @@ def main(argv=None) -> None:
     options = (
         (f" --text {args.text}" if args.text != "bench" else "")
         + (f" --words {args.words}" if args.words else "")
-        + (f" --cpus {args.cpus}" if args.cpus != "any" else "")
+        + cpus_option(args.cpus)
     )
     text += f"\nReproduce: `python bench/append_cost.py{options}`\n"
-    name = "append_cost" + options.replace(" --", "-").replace(" ", "-")
-    (RESULTS / f"{name}.md").write_text(text)
+    (RESULTS / f"append_cost{results_suffix(options)}.md").write_text(text)
     print(text)
 
 

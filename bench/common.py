@@ -58,6 +58,28 @@ def setup_django(
 PLACEMENTS = ("any", "same", "apart")
 
 
+def add_cpus_argument(parser) -> None:
+    """The benchmarks' ``--cpus`` option (``cpu_placement``)."""
+    parser.add_argument(
+        "--cpus",
+        choices=PLACEMENTS,
+        default="any",
+        help="this process and the database server where the OS puts them, on one CPU, or on "
+        "two (Linux, a server on this machine)",
+    )
+
+
+def cpus_option(placement: str) -> str:
+    """``--cpus`` as a results file's "Reproduce" line gives it: nothing when left to the OS."""
+    return f" --cpus {placement}" if placement != "any" else ""
+
+
+def results_suffix(options: str) -> str:
+    """A results file name's suffix for command-line ``options`` (`` --cpus same`` gives
+    ``-cpus-same``)."""
+    return options.replace(" --", "-").replace(" ", "-")
+
+
 @contextlib.contextmanager
 def cpu_placement(settings_dict: dict[str, Any], placement: str) -> Iterator[str]:
     """Where this process and the database server run while the block runs (Linux, a server on

@@ -41,17 +41,19 @@ if __package__ in (None, ""):  # run as a script: make ``bench`` importable
     __package__ = "bench"
 
 from bench.common import (  # noqa: E402
-    PLACEMENTS,
     RESULTS,
     ROOT,
     Latency,
+    add_cpus_argument,
     cpu_placement,
+    cpus_option,
     current_rss_mb,
     fmt_ms,
     fmt_rate,
     fmt_ratio,
     markdown_table,
     peak_rss_mb,
+    results_suffix,
     setup_django,
 )
 
@@ -666,13 +668,7 @@ def main(argv=None) -> None:
     parser.add_argument(
         "--output", type=Path, help="markdown file (default bench/results/store.md)"
     )
-    parser.add_argument(
-        "--cpus",
-        choices=PLACEMENTS,
-        default="any",
-        help="this process and the database server where the OS puts them, on one CPU, or on "
-        "two (Linux, a server on this machine; see bench/append_cost.py)",
-    )
+    add_cpus_argument(parser)
     parser.add_argument("--rss-probe", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     os.environ.setdefault("DJANGO_DEBUG", "0")  # DEBUG keeps a log of every query
@@ -692,8 +688,7 @@ def main(argv=None) -> None:
         raise SystemExit("the floor (raw) is needed for the ratios")
     with cpu_placement(settings_dict, args.cpus) as placement:
         results.notes["placement"] = placement
-        if args.cpus != "any":
-            results.notes["cpus_option"] = f" --cpus {args.cpus}"
+        results.notes["cpus_option"] = cpus_option(args.cpus)
         stores = build_stores(names)
         for store in stores:
             store.setup(settings_dict)
@@ -723,8 +718,7 @@ def main(argv=None) -> None:
             if not getattr(store, "appends_only", False):
                 results.put("rss", store.name, rss_probe(store.name, mode.big))
     table = render(mode, stores, results, time.perf_counter() - began)
-    suffix = f"-cpus-{args.cpus}" if args.cpus != "any" else ""
-    output = args.output or RESULTS / f"store{suffix}.md"
+    output = args.output or RESULTS / f"store{results_suffix(cpus_option(args.cpus))}.md"
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(table)
     print(table)

@@ -26,10 +26,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.common import (  # noqa: E402
-    PLACEMENTS,
     RESULTS,
+    add_cpus_argument,
     cpu_placement,
+    cpus_option,
     markdown_table,
+    results_suffix,
     setup_django,
 )
 from bench.store_bench import STORE_ONLY, make_messages  # noqa: E402
@@ -79,7 +81,7 @@ def one_round(appenders, messages, appends: int) -> tuple[float, dict[str, float
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cpus", choices=PLACEMENTS, default="any")
+    add_cpus_argument(parser)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--appends", type=int, default=200, help="appends per writer a round")
     args = parser.parse_args(argv)
@@ -124,7 +126,7 @@ def main(argv=None) -> None:
                 shares = ", ".join(f"{cpu} {share:.0%}" for cpu, share in sorted(busy.items()))
                 rows.append((str(round_no + 1), name, f"{rate:,.0f}", shares))
     table = markdown_table(["round", "store", "messages/s", "busy share of each CPU"], rows)
-    option = f" --cpus {args.cpus}" if args.cpus != "any" else ""
+    option = cpus_option(args.cpus)
     text = (
         "# Which CPU limits 16 writers on 16 sessions\n\n"
         f"{table}\n\n"
@@ -135,7 +137,7 @@ def main(argv=None) -> None:
         f"Reproduce: `python bench/writer_cpu.py{option}`\n"
     )
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"writer_cpu{option.replace(' --', '-').replace(' ', '-')}.md").write_text(text)
+    (RESULTS / f"writer_cpu{results_suffix(option)}.md").write_text(text)
     print(text)
 
 
